@@ -1,0 +1,56 @@
+# Tandem developer entry points. `make help` lists them.
+# The two commands a fresh machine needs are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TANDEM := $(VENV)/bin/tandem
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: help setup generate verify lint typecheck test test-fast demo bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN{FS=":.*## "} {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@echo "==> setting up $(VENV) (Python deps from PyPI)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade "pip>=25.1"
+	@$(PY) -m pip install -q -e . --group dev
+	@rm -f $(VENV)/.installed-*; touch $@
+
+setup: $(STAMP) ## create the virtualenv and install Tandem with its dev tools (idempotent)
+
+generate: setup ## render crds/ (and the chart's copy) from the API models
+	@$(TANDEM) crds
+	@if [ -d charts/tandem/crds ]; then cp crds/*.yaml charts/tandem/crds/; echo "copied to charts/tandem/crds/"; fi
+
+verify: generate ## regenerate, then fail if anything differs from what is committed
+	@git diff --exit-code -- crds charts || { echo "generated files drifted: commit the output of 'make generate'"; exit 1; }
+	@test -z "$$(git status --porcelain -- crds charts)" || { git status --porcelain -- crds charts; echo "untracked generated files"; exit 1; }
+
+lint: setup ## ruff (lint + format check), import-linter contracts, yamllint on examples
+	@$(VENV)/bin/ruff check operator tests tools
+	@$(VENV)/bin/ruff format --check operator tests tools
+	@$(VENV)/bin/lint-imports
+	@$(VENV)/bin/yamllint -s -c .yamllint.yaml examples
+
+typecheck: setup ## mypy --strict with the pydantic plugin
+	@$(VENV)/bin/mypy
+
+test: setup ## set up everything (venv, local control plane, Prometheus) and run the whole suite, as CI does
+	@tools/run-tests.sh
+
+test-fast: setup ## unit + component tiers only (no cluster)
+	@$(VENV)/bin/pytest -m "unit or component" -q
+
+demo: setup ## the local cluster demo (set up everything, run the reference fleet)
+	@tools/demo.sh
+
+bench: setup ## fleet + controller benchmarks into bench/results/
+	@tools/bench.sh
+
+clean: ## remove caches in the tree (the toolchain cache outside the repo is kept)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis

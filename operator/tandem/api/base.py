@@ -1,0 +1,99 @@
+"""Building blocks shared by every v1alpha1 model: the base model, CEL rules and bounded scalar types.
+
+What it owns: the conventions that make pydantic models the single source of the CRD schema.
+
+- Python names are snake_case, wire names camelCase (an alias generator), unknown fields are
+  rejected (``extra="forbid"`` mirrors the API server's strict field validation), and each field's
+  docstring becomes its ``description`` (``use_attribute_docstrings``), which ``kubectl explain``
+  prints. A field without a docstring fails the generator's test.
+- CEL rules are attached with :func:`cel` as ``x-kubernetes-validations``; the generator copies them
+  into the CRD verbatim and ``tandem validate`` evaluates the very same rules offline.
+- Every string, list and map is bounded (style.md, testing.md B-22): the bounded aliases below are
+  the only way models declare them, and the generator test fails on an unbounded one.
+
+It must not import kopf, kubernetes or any client: it is imported by pure code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# Go-style durations the API server's CEL ``duration()`` accepts ("30s", "5m", "1h30m", "500ms").
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# Kubernetes resource quantities ("64Gi", "500m", "1.5T"); exponent forms are not accepted here.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
+# RFC 1123 label, used for names of things Tandem derives object names from.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A Kubernetes label key (optional DNS prefix + name) and value.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A container image pinned by digest (a tag may precede the digest for readability).
+DIGEST_IMAGE_PATTERN = r"^[^@\s]+@sha256:[a-f0-9]{64}$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
+ShortText = Annotated[str, Field(max_length=256)]
+Text = Annotated[str, Field(max_length=1024)]
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One CEL validation rule as the API server runs it (``x-kubernetes-validations`` entry).
+
+    ``message`` must name the field it is about: it is what ``kubectl apply`` prints.
+    ``field_path`` (a JSONPath relative to the node, e.g. ``.minPairs``) makes the API server report
+    the error on that field instead of on the object holding the rule.
+    """
+
+    rule: str
+    message: str
+    field_path: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def cel(*rules: Rule, **extra: Any) -> dict[str, Any]:
+    """Schema extras carrying CEL rules (plus any other ``x-kubernetes-*`` keys given as ``extra``)."""
+    out: dict[str, Any] = {"x-kubernetes-validations": [r.as_dict() for r in rules]} if rules else {}
+    for key, value in extra.items():
+        out[key.replace("_", "-")] = value
+    return out
+
+
+def immutable(name: str) -> dict[str, Any]:
+    """Schema extras for a field that may not change once set (a transition rule)."""
+    return cel(Rule("self == oldSelf", f"{name} is immutable", reason="FieldValueForbidden"))
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase on the wire, unknown fields rejected, docstrings documented."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+        validate_default=False,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The object as it is sent to the API server: camelCase keys, unset optionals omitted."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

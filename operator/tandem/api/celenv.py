@@ -1,0 +1,137 @@
+"""Offline evaluation of the CRDs' CEL rules, with the Kubernetes CEL library functions they use.
+
+What it owns: compiling and evaluating ``x-kubernetes-validations`` rules with cel-python, plus the
+Kubernetes extensions our rules call (``isSorted``, ``isURL``/``url().getScheme()``,
+``quantity().isLessThan()``...). Standard CEL (``has``, ``all``, ``filter``, ``map``, ``matches``,
+``duration``, ``size``) comes from cel-python itself. Compiled programs are cached by rule text.
+
+Also used to evaluate the canary gates' ``successCondition``/``failureCondition`` expressions, so
+one CEL dialect serves admission and analysis.
+
+Invariant: a rule that raises during evaluation counts as *not satisfied* (the API server reports an
+evaluation error as a rejection too); a rule that does not compile is a programming error and raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+import celpy
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+
+from tandem.api.quantity import parse_quantity
+
+logging.getLogger("celpy").setLevel(logging.CRITICAL)
+
+
+class _Quantity:
+    """Result of ``quantity(s)``: compared exactly, as the Kubernetes library does."""
+
+    def __init__(self, value: Fraction) -> None:
+        self.value = value
+
+
+class _Url:
+    """Result of ``url(s)``."""
+
+    def __init__(self, text: str) -> None:
+        self.parts = urlsplit(text)
+
+
+def _is_url(text: Any) -> celtypes.BoolType:
+    try:
+        parts = urlsplit(str(text))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(bool(parts.scheme) and (bool(parts.netloc) or parts.scheme in ("mailto", "urn")))
+
+
+def _url(text: Any) -> _Url:
+    if not _is_url(text):
+        raise ValueError(f"not a URL: {text}")
+    return _Url(str(text))
+
+
+def _is_sorted(items: Any) -> celtypes.BoolType:
+    values = list(items)
+    return celtypes.BoolType(all(values[i] <= values[i + 1] for i in range(len(values) - 1)))
+
+
+def _quantity(text: Any) -> _Quantity:
+    return _Quantity(parse_quantity(str(text)))
+
+
+FUNCTIONS: dict[str, Any] = {
+    "isSorted": _is_sorted,
+    "isURL": _is_url,
+    "url": _url,
+    "getScheme": lambda u: celtypes.StringType(u.parts.scheme),
+    "getHost": lambda u: celtypes.StringType(u.parts.netloc),
+    "getHostname": lambda u: celtypes.StringType(u.parts.hostname or ""),
+    "getEscapedPath": lambda u: celtypes.StringType(u.parts.path),
+    "quantity": _quantity,
+    "isQuantity": lambda s: celtypes.BoolType(_try_quantity(s)),
+    "isLessThan": lambda a, b: celtypes.BoolType(a.value < b.value),
+    "isGreaterThan": lambda a, b: celtypes.BoolType(a.value > b.value),
+    "compareTo": lambda a, b: celtypes.IntType((a.value > b.value) - (a.value < b.value)),
+    "asInteger": lambda q: celtypes.IntType(int(q.value)),
+}
+
+
+def _try_quantity(text: Any) -> bool:
+    try:
+        parse_quantity(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+_ENV = celpy.Environment()
+
+
+@lru_cache(maxsize=512)
+def _program(rule: str) -> Any:
+    return _ENV.program(_ENV.compile(rule), functions=FUNCTIONS)
+
+
+def compile_check(expression: str) -> str | None:
+    """Return None when ``expression`` compiles, else the compiler's message."""
+    try:
+        _program(expression)
+    except Exception as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def to_cel(value: Any) -> Any:
+    """A JSON-like Python value as CEL values."""
+    return json_to_cel(value)
+
+
+def evaluate(rule: str, variables: Mapping[str, Any]) -> Any:
+    """Evaluate ``rule`` with plain-Python ``variables``; raise ``CelError`` on evaluation errors."""
+    program = _program(rule)
+    activation = {name: to_cel(value) for name, value in variables.items()}
+    try:
+        return program.evaluate(activation)
+    except Exception as exc:
+        raise CelError(str(exc).splitlines()[0]) from exc
+
+
+def holds(rule: str, variables: Mapping[str, Any]) -> bool:
+    """True only when ``rule`` evaluates to boolean true; evaluation errors count as false."""
+    try:
+        result = evaluate(rule, variables)
+    except CelError:
+        return False
+    return isinstance(result, celtypes.BoolType) and bool(result)
+
+
+class CelError(Exception):
+    """A CEL expression failed to evaluate (missing field, division by zero, wrong type...)."""

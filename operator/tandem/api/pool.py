@@ -1,0 +1,689 @@
+"""The `InferencePool` spec (tandem.dev/v1alpha1): one model, one traffic class, N prefill/decode pair groups.
+
+What it owns: the user-facing shape of a pool and every static rule about it. Each field's docstring
+is its `kubectl explain` text; each cross-field rule is a CEL rule the API server enforces and
+`tandem validate` evaluates offline. Behaviour lives elsewhere (core/, builders/); this module only
+says what a valid pool looks like and what its defaults are.
+
+Running example (the reference fleet, docs/design/001-api.md): the `speed` pool serves agentic
+coding with 1 prefill + 1 decode instance per pair, each FP4 on 4 MI325X GPUs, so one 8-GPU node
+holds one pair; it autoscales between 8 and 95 pairs and rolls out new stack versions through a
+canary gated on TTFT, tokens/s per user, errors and a tool-calling eval.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from tandem.api.base import (
+    DIGEST_IMAGE_PATTERN,
+    ApiModel,
+    DnsLabel,
+    Duration,
+    LabelKey,
+    LabelValue,
+    Rule,
+    cel,
+    immutable,
+)
+from tandem.api.common import EnvVar, Resources, SecretKeyRef, Toleration
+
+MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
+GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
+
+EngineArg = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+# --- model -----------------------------------------------------------------------------------
+
+
+class ModelSpec(ApiModel):
+    """The model the pool serves."""
+
+    served_name: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=128,
+            pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./:]*$",
+            json_schema_extra=immutable("model.servedName"),
+        ),
+    ]
+    """Name clients ask for (vLLM `--served-model-name`), e.g. `MiniMaxAI/MiniMax-M3.1-Flash`. Immutable: serve a new
+    name from a new pool."""
+    source: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^(hf|s3|gs|pvc|oci|file)://.+$")]
+    """Where the weights come from: `hf://org/model`, `s3://bucket/path`, `gs://...`, `pvc://claim/path`, `oci://...`
+    or `file:///path`."""
+    revision: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
+    """Weights revision (a Hugging Face commit or tag). Pin it: a moving revision changes the model under a running
+    pool."""
+    quantization: Annotated[Literal["fp4", "fp8", "bf16"], Field(json_schema_extra=immutable("model.quantization"))]
+    """Weight format: fp4, fp8 or bf16. Immutable: it changes memory per instance and thus the pool's shape. On MI325X
+    (CDNA3) fp4 is a storage format computed at the FP8 rate."""
+    max_context_tokens: Annotated[int, Field(ge=1, le=4_194_304)] = 131_072
+    """Longest context (prompt + output) an instance accepts (vLLM `--max-model-len`)."""
+    token_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the token used to download the weights (for example a Hugging Face token). Never put the
+    token itself in the spec."""
+
+
+# --- traffic ---------------------------------------------------------------------------------
+
+
+class HeaderMatch(ApiModel):
+    """An exact HTTP header match the fleet router applies before sending a request to this pool."""
+
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$")]
+    """Header name (case-insensitive)."""
+    value: Annotated[str, Field(max_length=256)]
+    """Exact header value."""
+
+
+class TrafficMatch(ApiModel):
+    """Which requests the fleet router classifies into this pool."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "!has(self.maxPromptTokens) || self.minPromptTokens <= self.maxPromptTokens",
+                "traffic.match.minPromptTokens must be ≤ maxPromptTokens",
+                field_path=".minPromptTokens",
+            )
+        )
+    }
+
+    min_prompt_tokens: Annotated[int, Field(ge=0, le=4_194_304)] = 0
+    """Smallest prompt (in tokens) this pool takes."""
+    max_prompt_tokens: Annotated[int, Field(ge=1, le=4_194_304)] | None = None
+    """Largest prompt (in tokens) this pool takes; unset means no upper bound."""
+    images: Literal["Any", "Required", "Forbidden"] = "Any"
+    """Whether requests must (Required), must not (Forbidden) or may (Any) carry images."""
+    headers: Annotated[list[HeaderMatch], Field(max_length=8)] = []
+    """Headers that must all match exactly."""
+
+
+class TrafficSpec(ApiModel):
+    """The pool's traffic class and the rules the fleet router uses to send requests here."""
+
+    traffic_class: Annotated[DnsLabel, Field(alias="class")] = "default"
+    """Traffic class, e.g. `speed`, `long-context` or `images`. Shown in the routing table."""
+    priority: Annotated[int, Field(ge=0, le=1000)] = 100
+    """When several pools match a request, the highest priority wins (ties: the narrower prompt band, then the pool
+    name)."""
+    match: TrafficMatch = TrafficMatch()
+    """Request match rules for this pool."""
+
+
+# --- stack -----------------------------------------------------------------------------------
+
+
+class RoleOverride(ApiModel):
+    """Per-role additions to the stack (prefill or decode)."""
+
+    args: Annotated[list[EngineArg], Field(max_length=64)] = []
+    """Extra engine arguments for this role only, appended after the shared ones."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = []
+    """Extra environment variables for this role only."""
+    resources: Resources | None = None
+    """CPU and memory for this role's engine container."""
+
+
+class KvTransfer(ApiModel):
+    """How a prefill instance hands its KV cache to the decode instance of its pair."""
+
+    connector: Literal["MooncakeConnector", "NixlConnector", "MoRIIOConnector"] = "MooncakeConnector"
+    """vLLM KV connector for the P→D transfer (vLLM 0.33 names). With a MooncakeCache reference the shared tier is
+    added through a MultiConnector."""
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    """What the decode instance does when a KV load fails (vLLM `kv_load_failure_policy`)."""
+
+
+class StackSpec(ApiModel):
+    """The serving stack: engine image, kernels and flags. Any change here is a new revision and starts a rollout."""
+
+    version: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
+    """Human version label of the stack, e.g. `v32`. Shown in status, printer columns and the scorecard."""
+    image: Annotated[
+        str,
+        Field(
+            max_length=512,
+            json_schema_extra=cel(
+                Rule(
+                    f"self.matches('{DIGEST_IMAGE_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                    "stack.image must be pinned by digest (repository@sha256:<64 hex>)",
+                )
+            ),
+        ),
+    ]
+    """Engine image pinned by digest, e.g. `docker.io/vllm/vllm-openai-rocm:v0.33.0@sha256:...`. A tag alone is
+    rejected: a moving tag would change revisions behind Tandem's back."""
+    args: Annotated[list[EngineArg], Field(max_length=64)] = []
+    """Extra engine arguments for both roles (Tandem sets the model, parallelism, admission and KV-transfer flags
+    itself)."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = []
+    """Extra environment variables for both roles, e.g. `VLLM_ROCM_USE_AITER=1`."""
+    kv_transfer: KvTransfer = KvTransfer()
+    """P→D KV transfer settings."""
+    prefill: RoleOverride = RoleOverride()
+    """Additions for prefill instances."""
+    decode: RoleOverride = RoleOverride()
+    """Additions for decode instances."""
+
+
+# --- pairs -----------------------------------------------------------------------------------
+
+
+class RoleShape(ApiModel):
+    """How many instances of one role a pair group has, and how big each is."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "self.gpusPerInstance % self.pipelineParallel == 0",
+                "pipelineParallel must divide gpusPerInstance",
+                field_path=".pipelineParallel",
+            ),
+            Rule(
+                "!has(self.tensorParallel) || self.tensorParallel * self.pipelineParallel == self.gpusPerInstance",
+                "tensorParallel × pipelineParallel must equal gpusPerInstance",
+                field_path=".tensorParallel",
+            ),
+        )
+    }
+
+    instances: Annotated[int, Field(ge=1, le=16)] = 1
+    """Instances of this role per pair group (the x or y of xPyD). To run no pairs set pairs.replicas to 0."""
+    gpus_per_instance: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=8,
+            json_schema_extra=cel(Rule("self in [1, 2, 4, 8]", "gpusPerInstance must be 1, 2, 4 or 8")),
+        ),
+    ] = 4
+    """GPUs per instance (one Pod). 4 on MI325X lets one 8-GPU node hold a 1P+1D pair."""
+    tensor_parallel: Annotated[int, Field(ge=1, le=8)] | None = None
+    """Tensor-parallel size; defaults to gpusPerInstance / pipelineParallel."""
+    pipeline_parallel: Annotated[int, Field(ge=1, le=8)] = 1
+    """Pipeline-parallel size."""
+
+
+class PairsSpec(ApiModel):
+    """The pool's size in pair groups and the shape (xPyD) of each group."""
+
+    replicas: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 1
+    """Pair groups to run. Driven by `kubectl scale`, HPA/KEDA (scale subresource) or Tandem's autoscaler when
+    autoscaling.enabled."""
+    prefill: RoleShape = RoleShape()
+    """Prefill instances per pair group."""
+    decode: RoleShape = RoleShape()
+    """Decode instances per pair group."""
+
+
+# --- placement -------------------------------------------------------------------------------
+
+
+class RdmaResource(ApiModel):
+    """An RDMA device resource requested by every instance (names are cluster-specific)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")]
+    """Extended resource name, e.g. `amd.com/vnic` or `rdma/ib`. Never defaulted: ask your cluster admin."""
+    per_instance: Annotated[int, Field(ge=1, le=16)] = 1
+    """How many of the resource each instance requests."""
+
+
+class PlacementSpec(ApiModel):
+    """Where instances run: GPU resource, node selection, co-location of a pair and spread."""
+
+    gpu_resource: Annotated[
+        str,
+        Field(
+            max_length=253, pattern=r"^[a-z0-9.-]+/[a-z0-9_.-]+$", json_schema_extra=immutable("placement.gpuResource")
+        ),
+    ] = "amd.com/gpu"
+    """Extended resource for GPUs (AMD device plugin `single` strategy: `amd.com/gpu`; `mixed`: e.g.
+    `amd.com/spx_nps1`). Immutable."""
+    gpu_product: Literal["MI300X", "MI325X", "MI355X"] | None = None
+    """Restrict to nodes with this AMD Instinct model, matched on the node labeller's `amd.com/gpu.device-id` label."""
+    node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
+    """Extra node labels every instance requires."""
+    tolerations: Annotated[list[Toleration], Field(max_length=16)] = []
+    """Tolerations for tainted GPU nodes."""
+    pair_colocation: Literal["SameNodeWhenFits", "SameTopologyDomain", "None"] = "SameNodeWhenFits"
+    """Keep a pair's instances together: on one node when the pair fits (1P+1D at 4 GPUs each on an 8-GPU node), else
+    within `pairTopologyKey`."""
+    pair_topology_key: LabelKey = "topology.kubernetes.io/zone"
+    """Node label naming the domain a pair stays inside when it cannot share a node."""
+    spread_topology_key: LabelKey = "topology.kubernetes.io/zone"
+    """Node label across which pairs are spread evenly."""
+    priority_class_name: Annotated[str, Field(max_length=253)] | None = None
+    """PriorityClass for instance pods."""
+    gpu_budget: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    """Most GPUs this pool may ever hold (at maxPairs, or replicas when autoscaling is off). Rejected at admission when
+    the shape would exceed it."""
+    rdma: RdmaResource | None = None
+    """RDMA device resource for KV transfer; also adds the IPC_LOCK capability."""
+
+
+# --- admission and routing -------------------------------------------------------------------
+
+
+class AdmissionSpec(ApiModel):
+    """Per-instance limits: engine flags plus the router's fast-reject rule (a full instance rejects at once)."""
+
+    max_in_flight: Annotated[int, Field(ge=1, le=4096)] = 64
+    """Most requests an instance runs at once (vLLM `--max-num-seqs`)."""
+    max_queued: Annotated[int, Field(ge=0, le=4096)] = 8
+    """Requests an instance may queue before the router treats it as full and walks to the next pair."""
+    max_kv_cache_utilization_percent: Annotated[int, Field(ge=1, le=100)] = 95
+    """KV-cache utilization above which the router treats an instance as full."""
+    reject_status: Literal[429, 503] = 429
+    """HTTP status of a fast reject."""
+
+
+class RoutingSpec(ApiModel):
+    """Hash-bias routing: requests that start alike go to the same pair, so prefixes hit local GPU memory."""
+
+    prefix_chars: Annotated[int, Field(ge=1, le=65_536)] = 1000
+    """How many leading prompt characters the router hashes to pick a pair. It must reach past shared system prompts."""
+    load_bound_percent: Annotated[int, Field(ge=100, le=1000)] = 125
+    """A pair loaded above this percent of the mean is skipped (consistent hashing with bounded loads; 125 = 1.25 ×
+    mean)."""
+    max_walk: Annotated[int, Field(ge=1, le=64)] = 4
+    """How many pairs the router tries (fast rejects) before it queues at the least-loaded one or returns the reject
+    status."""
+
+
+class MooncakeRef(ApiModel):
+    """A MooncakeCache in the same namespace."""
+
+    name: DnsLabel
+    """Name of the MooncakeCache."""
+
+
+class KvCacheSpec(ApiModel):
+    """Local prefix caching and the shared Mooncake tier."""
+
+    local_prefix_caching: bool = True
+    """vLLM automatic prefix caching on each instance (local GPU memory)."""
+    mooncake_ref: MooncakeRef | None = None
+    """Shared KV cache to back local misses; Tandem injects its connector config, config file and PYTHONHASHSEED."""
+
+
+# --- autoscaling -----------------------------------------------------------------------------
+
+
+class SloTargets(ApiModel):
+    """Service-level targets the autoscaler keeps. Unset targets are not used."""
+
+    ttft_p95_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
+    """Time to first token, 95th percentile, in milliseconds (e.g. 1000)."""
+    tpot_p90_ms: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    """Time per output token, 90th percentile, in milliseconds (16 ≈ 60 tokens/s per user)."""
+    kv_cache_utilization_percent: Annotated[int, Field(ge=1, le=100)] | None = 80
+    """Target mean KV-cache utilization of decode instances."""
+    in_flight_per_instance: Annotated[int, Field(ge=1, le=4096)] | None = None
+    """Target requests running plus waiting per instance."""
+
+
+class ScalingRule(ApiModel):
+    """How fast the autoscaler may move in one direction (HPA `behavior` semantics)."""
+
+    stabilization_window: Duration
+    """The autoscaler acts on the most conservative recommendation within this window (HPA: 0s up, 300s down)."""
+    period: Duration = "15s"
+    """Length of the period the step limits apply to."""
+    max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] = 4
+    """Most pairs added or removed per period."""
+    max_percent: Annotated[int, Field(ge=1, le=1000)] = 100
+    """Most pairs added or removed per period as a percent of the current count; the larger of the two limits
+    applies."""
+
+
+class RatioAdjustment(ApiModel):
+    """Optional P:D adjustment when one role is the bottleneck, inside declared bounds."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "self.minPrefill <= self.maxPrefill", "ratio.minPrefill must be ≤ maxPrefill", field_path=".minPrefill"
+            ),
+            Rule("self.minDecode <= self.maxDecode", "ratio.minDecode must be ≤ maxDecode", field_path=".minDecode"),
+        )
+    }
+
+    enabled: bool = False
+    """Let the autoscaler change instances per role within the bounds below (each change is a rollout of the pair
+    shape)."""
+    min_prefill: Annotated[int, Field(ge=1, le=16)] = 1
+    """Fewest prefill instances per pair group."""
+    max_prefill: Annotated[int, Field(ge=1, le=16)] = 1
+    """Most prefill instances per pair group."""
+    min_decode: Annotated[int, Field(ge=1, le=16)] = 1
+    """Fewest decode instances per pair group."""
+    max_decode: Annotated[int, Field(ge=1, le=16)] = 1
+    """Most decode instances per pair group."""
+
+
+class AutoscalingSpec(ApiModel):
+    """SLO-driven scaling of whole pair groups."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule("self.minPairs <= self.maxPairs", "autoscaling.minPairs must be ≤ maxPairs", field_path=".minPairs")
+        )
+    }
+
+    enabled: bool = False
+    """When false, pairs.replicas is left to the user, HPA or KEDA (scale subresource)."""
+    min_pairs: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 1
+    """Fewest pair groups."""
+    max_pairs: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 8
+    """Most pair groups."""
+    interval: Duration = "30s"
+    """How often the autoscaler evaluates."""
+    tolerance_percent: Annotated[int, Field(ge=0, le=100)] = 10
+    """No change while every metric is within this percent of its target."""
+    targets: SloTargets = SloTargets()
+    """The SLO targets."""
+    scale_up: ScalingRule = ScalingRule(stabilization_window="0s", period="15s", max_pairs=4, max_percent=100)
+    """Scale-up behaviour."""
+    scale_down: ScalingRule = ScalingRule(stabilization_window="300s", period="60s", max_pairs=1, max_percent=10)
+    """Scale-down behaviour."""
+    ratio: RatioAdjustment = RatioAdjustment()
+    """Optional P:D ratio adjustment."""
+
+
+# --- rollout ---------------------------------------------------------------------------------
+
+GATE_TEMPLATES = ("TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio")
+
+
+class MetricGate(ApiModel):
+    """One Prometheus gate of the canary analysis."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "has(self.template) || has(self.query)",
+                "analysis metric: query is required unless a template is set",
+                field_path=".query",
+            ),
+            Rule(
+                "!has(self.query) || self.query.matches('\\\\S')",
+                "analysis metric: query is required and may not be blank",
+                field_path=".query",
+            ),
+            Rule(
+                "has(self.successCondition) || has(self.failureCondition)",
+                "analysis metric: a condition is required (successCondition or failureCondition)",
+            ),
+        )
+    }
+
+    name: DnsLabel
+    """Gate name, shown in status verdicts."""
+    template: (
+        Literal["TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio"] | None
+    ) = None
+    """A built-in query on vLLM metric names (see docs/design/001-api.md). `result` is in seconds, tokens/s or a 0-1
+    ratio."""
+    query: Annotated[str, Field(max_length=4096)] | None = None
+    """PromQL with variables `${pool}`, `${namespace}`, `${revision}`, `${role}`, `${interval}`; must return one
+    series."""
+    role: Literal["prefill", "decode", "any"] = "any"
+    """Role the `${role}` variable selects."""
+    success_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """CEL over `result` (the canary's value) and `baseline` (the same query on the stable revision), e.g. `result <=
+    1.0`."""
+    failure_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """CEL that marks a Failure, e.g. `result > baseline * 1.2`. With only a failureCondition, anything else is a
+    Success."""
+
+
+class EvalGate(ApiModel):
+    """A Job that runs an eval (e.g. tool-call exact match) against the canary revision."""
+
+    image: Annotated[
+        str,
+        Field(
+            max_length=512,
+            json_schema_extra=cel(
+                Rule(
+                    f"self.matches('{DIGEST_IMAGE_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                    "eval.image must be pinned by digest (repository@sha256:<64 hex>)",
+                )
+            ),
+        ),
+    ]
+    """Eval image pinned by digest."""
+    command: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)] = []
+    """Container command."""
+    args: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=32)] = []
+    """Container args. The canary's endpoints arrive in env `TANDEM_TARGET_URLS`."""
+    env: Annotated[list[EnvVar], Field(max_length=32)] = []
+    """Extra environment."""
+    min_score_percent: Annotated[int, Field(ge=0, le=100)]
+    """Lowest passing score in percent. The Job reports `{"score": <percent>}` as its termination message."""
+    deadline: Duration = "20m"
+    """How long the Job may run; past it the eval is an Error."""
+
+
+class AnalysisSpec(ApiModel):
+    """How canary gates are evaluated (Argo/Flagger vocabulary)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "duration(self.timeout) < duration(self.interval)",
+                "analysis.timeout must be shorter than interval",
+                field_path=".timeout",
+            ),
+            Rule(
+                "duration(self.noDataDeadline) >= duration(self.interval)",
+                "analysis.noDataDeadline must be at least interval",
+                field_path=".noDataDeadline",
+            ),
+        )
+    }
+
+    prometheus_address: (
+        Annotated[
+            str,
+            Field(
+                max_length=512,
+                json_schema_extra=cel(
+                    Rule(
+                        "isURL(self) && url(self).getScheme() in ['http', 'https']",
+                        "analysis.prometheusAddress must be an http(s) URL",
+                    )
+                ),
+            ),
+        ]
+        | None
+    ) = None
+    """Prometheus (one deduplicating endpoint) to query; defaults to the operator's setting."""
+    interval: Duration = "30s"
+    """Time between evaluations of every gate."""
+    timeout: Duration = "10s"
+    """Timeout of one query; must be shorter than interval."""
+    initial_delay: Duration = "60s"
+    """Wait after a step starts before the first sample counts (canary caches are cold)."""
+    success_streak: Annotated[int, Field(ge=1, le=100)] = 3
+    """Consecutive Successes of every gate needed to pass an analysis step."""
+    failure_limit: Annotated[int, Field(ge=-1, le=100)] = 0
+    """Failures tolerated in a step; one more triggers the failure action. -1 disables."""
+    no_data_deadline: Duration = "10m"
+    """How long NoData or Error may last before `onNoData` is applied."""
+    on_no_data: Literal["Pause", "Rollback"] = "Pause"
+    """What to do at the NoData deadline: Pause (hold, Warning Event) or Rollback."""
+    metrics: Annotated[list[MetricGate], Field(max_length=16)] = []
+    """Metric gates."""
+    eval: EvalGate | None = None
+    """Eval gate, run in analysis steps that ask for it."""
+
+
+class PauseStep(ApiModel):
+    """Hold the rollout."""
+
+    duration: Duration | None = None
+    """How long to hold; unset holds until `tandem rollout resume`."""
+
+
+class AnalysisStep(ApiModel):
+    """Run gates until they pass (successStreak) or fail (failureLimit)."""
+
+    metrics: Annotated[list[DnsLabel], Field(max_length=16)] = []
+    """Names of the gates to run; empty runs every metric gate."""
+    eval: bool = False
+    """Also run the eval gate."""
+
+
+class RolloutStep(ApiModel):
+    """One rollout step with exactly one action."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "[has(self.setWeight), has(self.setCanaryPairs), has(self.pause), has(self.analysis)]"
+                ".filter(x, x).size() == 1",
+                "each rollout step must have exactly one action: setWeight, setCanaryPairs, pause or analysis",
+            )
+        )
+    }
+
+    set_weight: Annotated[int, Field(ge=1, le=100)] | None = None
+    """Give the canary this percent of traffic and ⌈percent × replicas⌉ pairs. 100 promotes."""
+    set_canary_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] | None = None
+    """Run this many canary pairs; traffic follows their share of serving pairs."""
+    pause: PauseStep | None = None
+    """Hold, for a duration or until resumed."""
+    analysis: AnalysisStep | None = None
+    """Evaluate gates."""
+
+
+_WEIGHTS = "self.filter(s, has(s.setWeight)).map(s, s.setWeight)"
+_CANARY = "self.filter(s, has(s.setCanaryPairs)).map(s, s.setCanaryPairs)"
+
+
+class RolloutSpec(ApiModel):
+    """Staged canary rollout of a new stack revision, promoted or rolled back on its own from metrics."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "!(self.maxSurge == 0 && self.maxUnavailable == 0)",
+                "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+                field_path=".maxSurge",
+            )
+        )
+    }
+
+    steps: Annotated[
+        list[RolloutStep],
+        Field(
+            min_length=1,
+            max_length=20,
+            json_schema_extra=cel(
+                Rule(
+                    f"{_WEIGHTS}.isSorted() && {_WEIGHTS}.all(w, {_WEIGHTS}.filter(x, x == w).size() == 1)",
+                    "rollout.steps: setWeight values must strictly increase",
+                ),
+                Rule(
+                    f"{_CANARY}.isSorted() && {_CANARY}.all(w, {_CANARY}.filter(x, x == w).size() == 1)",
+                    "rollout.steps: setCanaryPairs values must strictly increase",
+                ),
+            ),
+        ),
+    ] = [RolloutStep(set_weight=100)]
+    """Steps, in order. The default replaces pairs capacity-first with no gates."""
+    max_surge: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 1
+    """Pairs that may exist above pairs.replicas during a rollout (new pairs come up before old ones go)."""
+    max_unavailable: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 0
+    """Pairs that may be below pairs.replicas during a rollout."""
+    progress_deadline: Duration = "30m"
+    """A step that makes no progress for this long (e.g. canary pairs never Ready) triggers the failure action."""
+    failure_action: Literal["Rollback", "Pause"] = "Rollback"
+    """What a failed gate or a missed deadline does."""
+    paused: bool = False
+    """Hold the rollout where it is (`tandem rollout pause|resume`)."""
+    analysis: AnalysisSpec = AnalysisSpec()
+    """Gate definitions and their evaluation settings."""
+
+
+# --- the spec --------------------------------------------------------------------------------
+
+_GPUS_PER_PAIR = (
+    "(self.pairs.prefill.instances * self.pairs.prefill.gpusPerInstance"
+    " + self.pairs.decode.instances * self.pairs.decode.gpusPerInstance)"
+)
+
+
+class InferencePoolSpec(ApiModel):
+    """Desired state of an InferencePool: one model, one traffic class, N prefill/decode pair groups."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "!has(self.placement.gpuBudget) || "
+                "(self.autoscaling.enabled ? self.autoscaling.maxPairs : self.pairs.replicas)"
+                f" * {_GPUS_PER_PAIR} <= self.placement.gpuBudget",
+                "pairs × GPUs per pair exceeds gpuBudget (placement.gpuBudget)",
+                field_path=".placement.gpuBudget",
+            ),
+        )
+    }
+
+    model: ModelSpec
+    """The model: served name, weights source, quantization, context length."""
+    traffic: TrafficSpec = TrafficSpec()
+    """Traffic class and router match rules."""
+    stack: StackSpec
+    """Engine image, flags and env. A change is a new revision and starts a rollout."""
+    pairs: PairsSpec = PairsSpec()
+    """How many pair groups and their xPyD shape."""
+    placement: PlacementSpec = PlacementSpec()
+    """GPU resource, node selection, pair co-location and spread."""
+    admission: AdmissionSpec = AdmissionSpec()
+    """Per-instance in-flight and queue limits."""
+    routing: RoutingSpec = RoutingSpec()
+    """Hash-bias routing parameters."""
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    """Local prefix caching and the shared Mooncake tier."""
+    autoscaling: AutoscalingSpec = AutoscalingSpec()
+    """SLO-driven scaling of pair groups."""
+    rollout: RolloutSpec = RolloutSpec()
+    """Canary rollout of new stack revisions."""
+
+
+__all__ = [
+    "GATE_TEMPLATES",
+    "GPU_PRODUCTS",
+    "MAX_PAIRS",
+    "AdmissionSpec",
+    "AnalysisSpec",
+    "AnalysisStep",
+    "AutoscalingSpec",
+    "EvalGate",
+    "InferencePoolSpec",
+    "KvCacheSpec",
+    "KvTransfer",
+    "MetricGate",
+    "ModelSpec",
+    "PairsSpec",
+    "PauseStep",
+    "PlacementSpec",
+    "RatioAdjustment",
+    "RoleOverride",
+    "RoleShape",
+    "RolloutSpec",
+    "RolloutStep",
+    "RoutingSpec",
+    "ScalingRule",
+    "SloTargets",
+    "StackSpec",
+    "TrafficMatch",
+    "TrafficSpec",
+]

@@ -1,0 +1,65 @@
+"""The ``tandem`` command line: one entry point, one sub-command per feature.
+
+What it owns: argument parsing and dispatch only. Each feature module exposes
+``register(subparsers)`` that adds its sub-command and sets ``func`` (a callable taking the parsed
+``argparse.Namespace`` and returning an exit code). Feature modules are imported lazily inside
+``main`` so that ``tandem validate`` never pays for importing kopf or the Kubernetes client.
+
+Exit codes: 0 success, 1 the command ran and found a problem (invalid manifest, failed check),
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Sub-command modules, in help order. Each must define ``register(subparsers) -> None``.
+COMMAND_MODULES: tuple[str, ...] = (
+    "tandem.api.commands",  # crds, validate, explain-like helpers
+    "tandem.planview",  # plan
+    "tandem.operator_main",  # run
+    "tandem.rolloutctl",  # rollout status|promote|abort|pause|resume
+    "tandem.sim.cli",  # sim
+    "tandem.dev.cli",  # dev cluster up|down|status
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser from every command module that is importable.
+
+    A module that is missing (a feature not built yet) is skipped, so the CLI stays usable while the
+    project grows; an ImportError *inside* an existing module is re-raised, never hidden.
+    """
+    parser = argparse.ArgumentParser(
+        prog="tandem",
+        description="Tandem: prefill/decode inference fleets on AMD GPU nodes.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``tandem`` sub-command and return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    result: int = func(args)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through the console script
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""The routing algorithm of the routing-table contract, implemented once.
+
+Owns the pure decisions every router makes with a :class:`~tandem.routing.table.RoutingTable`:
+**classify → pool; prefix hash → ordered pair candidates → bounded-load walk with fast rejects**.
+The in-cluster router and the fleet simulator (``tandem.sim``) import this module; nothing
+re-implements it.
+
+Must not: do I/O, read a clock, keep state between calls, or use Python's ``hash()`` (salted per
+process by ``PYTHONHASHSEED``). Loads are an input (pair id → :class:`PairLoad` snapshot).
+Invariants: the same inputs give the same outputs in any process; only ``serving`` pairs with a
+positive weight are candidates; a walk tries at most ``maxWalk`` pairs.
+
+Hashes (byte layouts are part of the contract, so another language can reproduce them)
+-------------------------------------------------------------------------------------
+``H(x)`` is unkeyed BLAKE2b with an 8-byte digest, read as a big-endian unsigned 64-bit integer.
+
+- prompt key: ``H(b"tandem/key/v1\\0" + utf8(prompt[:prefixChars]))``; ``prefixChars`` counts
+  Unicode code points (not bytes, not UTF-16 units).
+- block key (traces give prompts as 512-token block ids): ``H(b"tandem/blocks/v1\\0" +
+  ascii(",".join(decimal(id) for id in hash_ids[:key_blocks])))``.
+- pair draw: ``h = H(b"tandem/hrw/v1\\0" + be64(key) + utf8(pair.id))``,
+  ``u = ((h >> 11) + 0.5) / 2**53`` (uniform in the open interval (0, 1)).
+
+Weighted rendezvous (highest random weight) order
+-------------------------------------------------
+``score(key, pair) = -weight / ln(u)``; candidates are the serving pairs with ``weight > 0`` by
+descending score (ties by pair id). ``-1/ln(u)`` of a uniform ``u`` is the reciprocal of an Exp(1)
+variable, so ``argmax_i w_i / E_i`` picks pair ``i`` with probability ``w_i / Σw``. Each pair's
+score depends only on (key, pair), so adding a pair moves exactly the keys it now wins
+(≈ w_new/Σw, i.e. 1/(N+1) of keys for equal weights) and removing one moves only its own keys.
+
+Bounded-load walk (consistent hashing with bounded loads, Mirrokni et al., arXiv 1608.01350)
+--------------------------------------------------------------------------------------------
+With ``c = loadBoundPercent/100``, ``L`` = total load (in-flight + queued) of the candidate pairs
+and ``W`` = their total weight, pair ``i`` has capacity ``cap_i = ceil(c · (L + 1) · w_i / W)``;
+with equal weights this is the paper's ``ceil(c · (L + 1) / n)``. A pair accepts the request only
+while ``load_i < cap_i`` (so after it, ``load_i ≤ cap_i``). Walk the candidates in order, at most
+``maxWalk`` of them; a pair at its capacity (``load_i ≥ cap_i``), or *full* per ``admission`` (in-flight ≥
+``maxInFlight``, queued ≥ ``maxQueued`` or KV usage ≥ ``maxKvUtilizationPercent``), is skipped and
+counted as a fast reject. If no tried pair accepts: queue at the least-loaded tried pair that is not
+full (ties: walk order); if all tried pairs are full, reject with ``admission.rejectStatus``. With no
+candidate at all the router answers 503.
+
+Worked example (real numbers from this module, checked by a unit test): four equal-weight serving
+pairs ``speed-p0..p3``, ``c = 1.25``, ``maxWalk = 4``, ``maxInFlight = 8``. A trace prompt starting
+with blocks ``[0, 1]`` and ``key_blocks = 2`` has key ``0xB2921D9AF23E3CED`` and candidate order
+``speed-p1, speed-p0, speed-p3, speed-p2``. With in-flight loads ``p0=1, p1=5, p2=2, p3=0``:
+``L = 8``, ``cap = ceil(1.25 · 9 / 4) = ceil(2.81) = 3``; ``p1`` (5 ≥ 3) is skipped, ``p0``
+(1 < 3) accepts: routed to ``speed-p0``, walk length 2, one fast reject. With ``p0=8`` instead,
+``L = 15`` and ``cap = ceil(1.25 · 16 / 4) = 5``: ``p1`` (5 ≥ 5) is over the bound, ``p0`` is full
+(8 ≥ maxInFlight), ``p3`` (0 < 5) accepts: walk length 3, two fast rejects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from tandem.routing.table import (
+    DEFAULT_PAIR_WEIGHT,
+    DEFAULT_PREFIX_CHARS,
+    Admission,
+    ImagesMatch,
+    Match,
+    Pair,
+    PairState,
+    RoutingTable,
+)
+
+KEY_DOMAIN = b"tandem/key/v1\x00"
+BLOCKS_DOMAIN = b"tandem/blocks/v1\x00"
+HRW_DOMAIN = b"tandem/hrw/v1\x00"
+DEFAULT_KEY_BLOCKS = 1
+# No candidate at all (no serving pair) is an outage of the pool, not overload.
+STATUS_NO_CANDIDATES = 503
+
+_U53 = float(1 << 53)
+
+
+def _h64(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+
+def routing_key(prompt: str, prefix_chars: int = DEFAULT_PREFIX_CHARS) -> int:
+    """64-bit routing key of the first ``prefix_chars`` characters (code points) of ``prompt``."""
+    if prefix_chars < 1:
+        raise ValueError("prefix_chars must be >= 1")
+    # surrogatepass: prompts decoded from JSON may hold lone surrogates; they still get a stable key.
+    return _h64(KEY_DOMAIN + prompt[:prefix_chars].encode("utf-8", "surrogatepass"))
+
+
+def routing_key_from_blocks(hash_ids: Sequence[int], key_blocks: int = DEFAULT_KEY_BLOCKS) -> int:
+    """64-bit routing key of the first ``key_blocks`` block ids of a trace prompt.
+
+    ~1,000 characters is ≈ 250 tokens, below the 512-token block resolution of traces, so one block
+    is the faithful default; traces whose block 0 is shared by every request (a common system
+    prompt) need ``key_blocks = 2`` or more, or every request lands on one pair.
+    """
+    if key_blocks < 1:
+        raise ValueError("key_blocks must be >= 1")
+    return _h64(BLOCKS_DOMAIN + ",".join(str(int(i)) for i in hash_ids[:key_blocks]).encode("ascii"))
+
+
+# --- classification ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestFeatures:
+    """What the router knows about a request when it picks a pool."""
+
+    prompt_tokens: int
+    has_images: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Request headers; names are compared case-insensitively, values exactly."""
+
+
+def matches(match: Match, features: RequestFeatures) -> bool:
+    """True when ``features`` satisfy every condition of ``match`` (token bounds are inclusive)."""
+    if features.prompt_tokens < match.min_prompt_tokens:
+        return False
+    if match.max_prompt_tokens is not None and features.prompt_tokens > match.max_prompt_tokens:
+        return False
+    if match.images is ImagesMatch.REQUIRED and not features.has_images:
+        return False
+    if match.images is ImagesMatch.FORBIDDEN and features.has_images:
+        return False
+    if match.headers:
+        given = {name.lower(): value for name, value in features.headers.items()}
+        return all(given.get(h.name.lower()) == h.value for h in match.headers)
+    return True
+
+
+def match_specificity(match: Match) -> tuple[int, int, int]:
+    """(header conditions, images constrained, token bounds set): larger is more specific."""
+    bounds = int(match.min_prompt_tokens > 0) + int(match.max_prompt_tokens is not None)
+    return (len(match.headers), int(match.images is not ImagesMatch.ANY), bounds)
+
+
+def classify(features: RequestFeatures, tables: Iterable[RoutingTable]) -> RoutingTable | None:
+    """The pool for a request: among matching tables, highest ``priority`` first, then the most
+    specific match (:func:`match_specificity`, compared in order), then pool name and namespace
+    ascending. ``None`` if no table matches.
+
+    Example: ``speed`` (≤ 32,768 tokens, images Forbidden), ``long-context`` (≥ 32,769 tokens) and
+    ``images`` (images Required), all priority 0. A 100k-token prompt with images matches
+    ``long-context`` (specificity (0, 0, 1)) and ``images`` ((0, 1, 0)); ``images`` wins.
+    """
+    best: RoutingTable | None = None
+    best_rank: tuple[int, int, int, int] | None = None
+    best_name: tuple[str, str] = ("", "")
+    for table in tables:
+        if not matches(table.match, features):
+            continue
+        spec = match_specificity(table.match)
+        rank = (table.priority, *spec)
+        name = (table.pool, table.namespace)
+        if best_rank is None or rank > best_rank or (rank == best_rank and name < best_name):
+            best, best_rank, best_name = table, rank, name
+    return best
+
+
+# --- candidate order -----------------------------------------------------------------------------
+
+
+def rendezvous_score(key: int, pair_id: str, weight: int) -> float:
+    """Weighted rendezvous score ``-weight / ln(u)`` of ``pair_id`` for ``key`` (higher wins)."""
+    h = _h64(HRW_DOMAIN + (key & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + pair_id.encode("utf-8"))
+    u = ((h >> 11) + 0.5) / _U53
+    return -weight / math.log(u)
+
+
+def is_candidate(pair: Pair) -> bool:
+    """Only serving pairs with a positive weight take new requests (never warming or draining)."""
+    return pair.state is PairState.SERVING and pair.weight > 0
+
+
+def candidates(key: int, pairs: Iterable[Pair]) -> tuple[Pair, ...]:
+    """Candidate pairs for ``key`` in walk order: descending weighted rendezvous score, ties by id."""
+    scored = [(rendezvous_score(key, p.id, p.weight), p) for p in pairs if is_candidate(p)]
+    scored.sort(key=lambda sp: (-sp[0], sp[1].id))
+    return tuple(p for _, p in scored)
+
+
+def compute_pair_weights(
+    pairs: Iterable[Pair], canary_revision: str | None, canary_percent: int | None
+) -> dict[str, int]:
+    """Pair weights (pair id → weight) that give the canary revision ``canary_percent`` % of keys.
+
+    Rule, with ``n_c`` serving canary pairs, ``n_s`` serving pairs of any other revision and
+    ``p = canary_percent``: every canary pair gets ``p · n_s`` and every other pair
+    ``(100 − p) · n_c``, both divided by their gcd. The canary share of total serving weight is then
+    exactly ``n_c·p·n_s / (n_c·p·n_s + n_s·(100 − p)·n_c) = p / 100``.
+    Edge cases: no canary (``None``) → every pair :data:`DEFAULT_PAIR_WEIGHT`; ``p = 0`` → canary
+    pairs 0; ``p = 100`` → other pairs 0; only one side serving → every pair the default weight
+    (the side that serves takes all keys; the operator recomputes when states change).
+
+    Within each side all pairs share one weight, so changing ``p`` never moves a key between two
+    stable pairs or between two canary pairs: keys only cross between the revisions.
+
+    Example: 9 stable + 1 canary serving, ``p = 5``: canary ``5·9 = 45``, stable ``95·1 = 95``,
+    gcd 5 → 9 and 19; canary share ``9 / (9 + 9·19) = 5 %``.
+
+    The share is of *keys*; the request share follows it as long as no single key is hot.
+    """
+    pairs = tuple(pairs)
+    if canary_revision is None or canary_percent is None:
+        return {p.id: DEFAULT_PAIR_WEIGHT for p in pairs}
+    if not 0 <= canary_percent <= 100:
+        raise ValueError("canary_percent must be within 0..100")
+    serving = [p for p in pairs if p.state is PairState.SERVING]
+    n_canary = sum(1 for p in serving if p.revision == canary_revision)
+    n_stable = len(serving) - n_canary
+    if canary_percent == 0:
+        w_canary, w_stable = 0, DEFAULT_PAIR_WEIGHT
+    elif canary_percent == 100:
+        w_canary, w_stable = DEFAULT_PAIR_WEIGHT, 0
+    elif n_canary == 0 or n_stable == 0:
+        w_canary = w_stable = DEFAULT_PAIR_WEIGHT
+    else:
+        w_canary = canary_percent * n_stable
+        w_stable = (100 - canary_percent) * n_canary
+        g = math.gcd(w_canary, w_stable)
+        w_canary, w_stable = w_canary // g, w_stable // g
+    return {p.id: (w_canary if p.revision == canary_revision else w_stable) for p in pairs}
+
+
+# --- bounded-load walk ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairLoad:
+    """Load snapshot of one pair (sums over its instances), as the router last saw it."""
+
+    in_flight: int = 0
+    """Requests being served (vLLM ``num_requests_running``)."""
+    queued: int = 0
+    """Requests waiting (vLLM ``num_requests_waiting``)."""
+    kv_utilization_percent: float = 0.0
+    """KV-cache usage, 0-100 (vLLM ``kv_cache_usage_perc`` × 100)."""
+
+    @property
+    def load(self) -> int:
+        """The quantity the load bound is taken over: requests assigned to the pair."""
+        return self.in_flight + self.queued
+
+
+NO_LOAD = PairLoad()
+
+
+@dataclass(frozen=True)
+class WalkBound:
+    """Parameters of the bounded-load walk (from a table's ``hash`` and ``admission``)."""
+
+    load_bound_percent: int = 125
+    max_walk: int = 4
+    admission: Admission | None = None
+    """Fast-reject limits; ``None`` means no pair is ever full (the load bound still applies)."""
+
+    def __post_init__(self) -> None:
+        if self.load_bound_percent < 100:
+            raise ValueError("load_bound_percent must be >= 100")
+        if self.max_walk < 1:
+            raise ValueError("max_walk must be >= 1")
+
+    @classmethod
+    def from_table(cls, table: RoutingTable) -> WalkBound:
+        return cls(
+            load_bound_percent=table.hash.load_bound_percent,
+            max_walk=table.hash.max_walk,
+            admission=table.admission,
+        )
+
+
+class Outcome(StrEnum):
+    """How a request left the walk."""
+
+    ROUTED = "Routed"
+    """A tried pair accepted it."""
+    QUEUED = "Queued"
+    """No tried pair was under its bound; queued at the least-loaded tried pair that is not full."""
+    REJECTED = "Rejected"
+    """Every tried pair was full (or there was no candidate): the router answers ``status``."""
+
+
+class SkipReason(StrEnum):
+    """Why a tried pair was skipped (each skip is one fast reject)."""
+
+    LOAD_BOUND = "LoadBound"
+    IN_FLIGHT_LIMIT = "InFlightLimit"
+    QUEUE_LIMIT = "QueueLimit"
+    KV_LIMIT = "KvLimit"
+
+
+@dataclass(frozen=True)
+class Skip:
+    pair_id: str
+    reason: SkipReason
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    """Result of :func:`select`."""
+
+    outcome: Outcome
+    pair: Pair | None
+    """Chosen pair (routed or queued), ``None`` when rejected."""
+    walk_length: int
+    """Pairs tried, including the one that accepted."""
+    skips: tuple[Skip, ...] = ()
+    """Fast rejects in walk order."""
+    status: int | None = None
+    """HTTP status to answer when rejected."""
+
+    @property
+    def pair_id(self) -> str | None:
+        return None if self.pair is None else self.pair.id
+
+    @property
+    def fast_rejects(self) -> int:
+        return len(self.skips)
+
+
+def compute_capacity(weight: int, total_weight: int, total_load: int, load_bound_percent: int) -> int:
+    """``ceil(c · (total_load + 1) · weight / total_weight)`` with ``c = load_bound_percent / 100``,
+    in exact integer arithmetic (no float rounding differences between routers)."""
+    if total_weight <= 0:
+        return 0
+    num = load_bound_percent * (total_load + 1) * weight
+    return -(-num // (100 * total_weight))
+
+
+def full_reason(load: PairLoad, admission: Admission | None) -> SkipReason | None:
+    """Why ``load`` makes the pair full per ``admission``, or ``None`` if it can take more."""
+    if admission is None:
+        return None
+    if load.in_flight >= admission.max_in_flight:
+        return SkipReason.IN_FLIGHT_LIMIT
+    if load.queued >= admission.max_queued:
+        return SkipReason.QUEUE_LIMIT
+    if load.kv_utilization_percent >= admission.max_kv_utilization_percent:
+        return SkipReason.KV_LIMIT
+    return None
+
+
+def select(key: int, pairs: Iterable[Pair], loads: Mapping[str, PairLoad], bound: WalkBound) -> RouteDecision:
+    """The bounded-load walk over :func:`candidates` (formula and example in the module docstring).
+
+    ``loads`` maps pair id → snapshot; a pair missing from it counts as idle.
+    """
+    order = candidates(key, pairs)
+    if not order:
+        return RouteDecision(Outcome.REJECTED, None, 0, (), STATUS_NO_CANDIDATES)
+    total_load = sum(loads.get(p.id, NO_LOAD).load for p in order)
+    total_weight = sum(p.weight for p in order)
+    skips: list[Skip] = []
+    fallback: Pair | None = None
+    fallback_load = 0
+    for tried, pair in enumerate(order[: bound.max_walk], start=1):
+        load = loads.get(pair.id, NO_LOAD)
+        reason = full_reason(load, bound.admission)
+        if reason is None:
+            cap = compute_capacity(pair.weight, total_weight, total_load, bound.load_bound_percent)
+            if load.load < cap:
+                return RouteDecision(Outcome.ROUTED, pair, tried, tuple(skips))
+            reason = SkipReason.LOAD_BOUND
+            if fallback is None or load.load < fallback_load:
+                fallback, fallback_load = pair, load.load
+        skips.append(Skip(pair.id, reason))
+    walked = min(bound.max_walk, len(order))
+    if fallback is not None:
+        return RouteDecision(Outcome.QUEUED, fallback, walked, tuple(skips))
+    status = bound.admission.reject_status if bound.admission is not None else STATUS_NO_CANDIDATES
+    return RouteDecision(Outcome.REJECTED, None, walked, tuple(skips), status)
+
+
+def select_for_table(table: RoutingTable, key: int, loads: Mapping[str, PairLoad]) -> RouteDecision:
+    """:func:`select` with the table's pairs, load bound, walk limit and admission."""
+    return select(key, table.pairs, loads, WalkBound.from_table(table))
+
+
+def plan_route(
+    tables: Iterable[RoutingTable],
+    features: RequestFeatures,
+    prompt: str,
+    loads: Mapping[str, PairLoad],
+) -> tuple[RoutingTable, RouteDecision] | None:
+    """The whole router decision for one request: classify, key by the pool's ``prefixChars``, walk.
+
+    ``None`` when no pool matches (the router answers with its default). ``loads`` is keyed by pair
+    id; only the chosen pool's pairs are looked up.
+    """
+    table = classify(features, tables)
+    if table is None:
+        return None
+    key = routing_key(prompt, table.hash.prefix_chars)
+    return table, select_for_table(table, key, loads)

@@ -1,0 +1,250 @@
+"""The routing-table contract: what the operator publishes and what every router consumes.
+
+Owns the wire format of ConfigMap ``<pool>-routing`` (key :data:`CONFIGMAP_KEY`), version
+:data:`ROUTING_API_VERSION`: one JSON document per pool with its traffic class and match rules, the
+hash parameters, the admission (fast-reject) limits, the stable and canary revisions, and the pairs in
+**stable ring order** with their revision, state, weight and prefill/decode endpoints.
+
+Must not: do I/O, read the clock or the environment, or import Kubernetes clients. The operator
+builds a :class:`RoutingTable`, compares :meth:`RoutingTable.fingerprint` with the published one and
+writes :meth:`RoutingTable.to_json` only when it changed; a router parses it with
+:meth:`RoutingTable.from_json` and hands it to :mod:`tandem.routing.algorithm`.
+
+Invariants (checked on construction, so a bad table never reaches a router):
+
+- camelCase on the wire, snake_case in Python; unknown keys are rejected (``extra="forbid"``), so a
+  router never silently ignores a field it does not understand; models are frozen.
+- pair ids and pair indexes are unique; ``pairs`` keep the operator's stable ring order (by
+  ``index``), which never decides routing (rendezvous hashing is order-free) but keeps diffs and the
+  fingerprint stable.
+- ``maxPromptTokens >= minPromptTokens``; ``canaryWeightPercent`` is set exactly when ``canary`` is.
+- serialisation is canonical: sorted keys, so equal tables give equal bytes and equal fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Annotated, Final, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+ROUTING_API_VERSION: Final = "tandem.dev/routing-v1"
+CONFIGMAP_KEY = "routing.json"
+CONFIGMAP_NAME_SUFFIX = "-routing"
+
+DEFAULT_PREFIX_CHARS = 1000
+DEFAULT_LOAD_BOUND_PERCENT = 125
+DEFAULT_MAX_WALK = 4
+DEFAULT_PAIR_WEIGHT = 100
+
+# "host:port" with a DNS name or IPv4 host, or "[v6]:port".
+_ADDRESS_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[0-9]{1,5}$"
+
+
+def configmap_name(pool: str) -> str:
+    """Name of the ConfigMap that carries ``pool``'s routing table."""
+    return f"{pool}{CONFIGMAP_NAME_SUFFIX}"
+
+
+class _Wire(BaseModel):
+    """Base for every contract model: camelCase aliases, strict keys, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class ImagesMatch(StrEnum):
+    """How a pool's match rule treats requests that carry images."""
+
+    ANY = "Any"
+    REQUIRED = "Required"
+    FORBIDDEN = "Forbidden"
+
+
+class PairState(StrEnum):
+    """Lifecycle state of a pair as the router sees it. Only ``serving`` pairs receive requests."""
+
+    WARMING = "warming"
+    SERVING = "serving"
+    DRAINING = "draining"
+
+
+class HeaderMatch(_Wire):
+    """A request header that must be present with exactly this value (name is case-insensitive)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    """Header name, compared case-insensitively."""
+    value: str
+    """Required header value, compared exactly."""
+
+
+class Match(_Wire):
+    """Which requests belong to this pool. All given conditions must hold."""
+
+    min_prompt_tokens: Annotated[int, Field(ge=0)] = 0
+    """Smallest prompt (in tokens) this pool takes, inclusive."""
+    max_prompt_tokens: Annotated[int, Field(ge=0)] | None = None
+    """Largest prompt (in tokens) this pool takes, inclusive; null means unbounded."""
+    images: ImagesMatch = ImagesMatch.ANY
+    """Any: with or without images; Required: only requests with images; Forbidden: only without."""
+    headers: tuple[HeaderMatch, ...] = ()
+    """Headers that must all be present with the given values."""
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> Self:
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < self.min_prompt_tokens:
+            raise ValueError("maxPromptTokens must be >= minPromptTokens")
+        return self
+
+
+class HashSpec(_Wire):
+    """Hash-bias parameters: what the key covers and how far the bounded-load walk may go."""
+
+    prefix_chars: Annotated[int, Field(ge=1)] = DEFAULT_PREFIX_CHARS
+    """Number of leading prompt characters hashed into the routing key."""
+    load_bound_percent: Annotated[int, Field(ge=100)] = DEFAULT_LOAD_BOUND_PERCENT
+    """c·100 for consistent hashing with bounded loads: a pair takes a request only while its load is
+    below ceil(c · (total load + 1) · its weight share)."""
+    max_walk: Annotated[int, Field(ge=1)] = DEFAULT_MAX_WALK
+    """Most candidates the router tries (fast rejects included) before it queues or rejects."""
+
+
+class Admission(_Wire):
+    """Per-instance fast-reject limits: a full instance answers at once and the router walks on."""
+
+    max_in_flight: Annotated[int, Field(ge=1)]
+    """A pair with this many requests in flight is full."""
+    max_queued: Annotated[int, Field(ge=1)]
+    """A pair with this many requests waiting is full."""
+    max_kv_utilization_percent: Annotated[int, Field(ge=1, le=100)] = 100
+    """A pair whose KV-cache usage is at or above this percent is full."""
+    reject_status: Literal[429, 503] = 429
+    """HTTP status the router returns when every candidate it tried was full."""
+
+
+class Revisions(_Wire):
+    """The pool's stack revisions: the stable one and, during a rollout, the canary."""
+
+    stable: Annotated[str, Field(min_length=1)]
+    """Revision serving most traffic."""
+    canary: Annotated[str, Field(min_length=1)] | None = None
+    """Revision under test, if a rollout is in progress."""
+    canary_weight_percent: Annotated[int, Field(ge=0, le=100)] | None = None
+    """Target share of new keys for the canary revision; pair weights implement it."""
+
+    @model_validator(mode="after")
+    def _canary_consistent(self) -> Self:
+        if (self.canary is None) != (self.canary_weight_percent is None):
+            raise ValueError("canary and canaryWeightPercent must be set together")
+        if self.canary is not None and self.canary == self.stable:
+            raise ValueError("canary must differ from stable")
+        return self
+
+
+class Endpoint(_Wire):
+    """One engine instance of a pair."""
+
+    pod: Annotated[str, Field(min_length=1)]
+    """Pod name of the instance."""
+    address: Annotated[str, Field(pattern=_ADDRESS_PATTERN)] | None = None
+    """Address the router sends to, as host:port; null until the pod has an address."""
+
+
+class Pair(_Wire):
+    """A prefill/decode pair group: the unit the router picks."""
+
+    id: Annotated[str, Field(min_length=1)]
+    """Stable pair id, e.g. "speed-p3"; the rendezvous hash is taken over this id."""
+    index: Annotated[int, Field(ge=0)]
+    """Ordinal of the pair in the pool; defines the stable ring order of ``pairs``."""
+    revision: Annotated[str, Field(min_length=1)]
+    """Stack revision of every instance in the pair (pairs never mix revisions)."""
+    state: PairState
+    """warming: not yet taking traffic; serving: a routing candidate; draining: finishing streams."""
+    weight: Annotated[int, Field(ge=0)] = DEFAULT_PAIR_WEIGHT
+    """Relative share of keys (weighted rendezvous hashing); 0 takes no new keys."""
+    prefill: tuple[Endpoint, ...] = ()
+    """Prefill instances of the pair."""
+    decode: tuple[Endpoint, ...] = ()
+    """Decode instances of the pair."""
+
+
+class RoutingTable(_Wire):
+    """One pool's routing table: everything a router needs, nothing it does not."""
+
+    api_version: Literal["tandem.dev/routing-v1"] = ROUTING_API_VERSION
+    """Contract version; a router refuses tables it does not know."""
+    pool: Annotated[str, Field(min_length=1)]
+    """InferencePool name."""
+    namespace: Annotated[str, Field(min_length=1)]
+    """InferencePool namespace."""
+    traffic_class: Annotated[str, Field(min_length=1)]
+    """The pool's traffic class, e.g. "speed", "long-context", "images"."""
+    priority: int = 0
+    """Higher wins when several pools match a request (before specificity)."""
+    match: Match = Match()
+    """Which requests this pool takes."""
+    hash: HashSpec = HashSpec()
+    """Hash-bias parameters."""
+    admission: Admission
+    """Fast-reject limits per pair."""
+    revisions: Revisions
+    """Stable and canary revisions."""
+    pairs: tuple[Pair, ...] = ()
+    """Pairs in stable ring order (ascending index)."""
+
+    @model_validator(mode="after")
+    def _pairs_unique(self) -> Self:
+        ids = [p.id for p in self.pairs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("pair ids must be unique")
+        indexes = [p.index for p in self.pairs]
+        if len(set(indexes)) != len(indexes):
+            raise ValueError("pair indexes must be unique")
+        if indexes != sorted(indexes):
+            raise ValueError("pairs must be in stable ring order (ascending index)")
+        return self
+
+    def canonical_json(self) -> str:
+        """Compact JSON with sorted keys and aliases: the bytes the fingerprint is taken over."""
+        return json.dumps(
+            self.model_dump(mode="json", by_alias=True),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of :meth:`canonical_json`: equal tables give equal fingerprints in any process.
+
+        The operator stores it next to the published table and skips the write when it is unchanged.
+        """
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The ConfigMap value: JSON with sorted keys (indented for ``kubectl get -o yaml`` readers)."""
+        if indent is None:
+            return self.canonical_json()
+        return json.dumps(
+            self.model_dump(mode="json", by_alias=True),
+            sort_keys=True,
+            indent=indent,
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> RoutingTable:
+        """Parse and validate a published table (camelCase keys; unknown keys are an error)."""
+        return cls.model_validate_json(data)
+
+    def serving_pairs(self) -> tuple[Pair, ...]:
+        """Pairs in state ``serving``, in ring order."""
+        return tuple(p for p in self.pairs if p.state is PairState.SERVING)
