@@ -220,6 +220,12 @@ class PairsSpec(ApiModel):
     """Prefill instances per pair group."""
     decode: RoleShape = RoleShape()
     """Decode instances per pair group."""
+    drain_timeout: Duration = "120s"
+    """Longest a draining pair (scale-down or replacement) keeps its in-flight streams before its pods are
+    deleted. The router stops sending new requests to it at once."""
+    orphan_timeout: Duration = "300s"
+    """A half pair (some instances Ready, others missing or Pending) is not counted as capacity; past this
+    time it is drained and replaced as a whole."""
 
 
 # --- placement -------------------------------------------------------------------------------
@@ -275,7 +281,7 @@ class AdmissionSpec(ApiModel):
 
     max_in_flight: Annotated[int, Field(ge=1, le=4096)] = 64
     """Most requests an instance runs at once (vLLM `--max-num-seqs`)."""
-    max_queued: Annotated[int, Field(ge=0, le=4096)] = 8
+    max_queued: Annotated[int, Field(ge=1, le=4096)] = 8
     """Requests an instance may queue before the router treats it as full and walks to the next pair."""
     max_kv_cache_utilization_percent: Annotated[int, Field(ge=1, le=100)] = 95
     """KV-cache utilization above which the router treats an instance as full."""

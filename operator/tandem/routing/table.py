@@ -175,6 +175,10 @@ class Pair(_Wire):
     """Prefill instances of the pair."""
     decode: tuple[Endpoint, ...] = ()
     """Decode instances of the pair."""
+    draining_since: Annotated[str, Field(max_length=40)] | None = None
+    """RFC 3339 time the pair was marked draining (set only in state draining). The operator deletes the
+    pair once its streams end or ``drainTimeout`` passes; keeping the time here lets a restarted operator
+    resume the same drain instead of starting a new one."""
 
 
 class RoutingTable(_Wire):

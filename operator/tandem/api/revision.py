@@ -1,0 +1,94 @@
+"""A stack revision: the part of a pool's spec that shapes its pods, frozen under a short hash.
+
+What it owns: `RevisionSpec` (what a pod is built from) and `revision_id` (its hash). A pool's pods are
+always built from a *revision*, never straight from the live spec: during a rollout the stable pairs
+must keep their old image and flags (a deleted stable pod comes back on the stable revision), so each
+revision is stored as a snapshot (ConfigMap `<pool>-rev-<id>`) and pods carry the id in the
+`tandem.dev/revision` label.
+
+Why these fields: everything that changes an instance pod (model, stack, pair shape, placement,
+admission flags, KV-cache wiring) is part of the revision; `pairs.replicas`, `routing`, `autoscaling`,
+`rollout` and `traffic` are not (they change counts, routing or policy, never a pod).
+
+The id hashes the snapshot with default-valued fields left out, so adding a new optional field with a
+default to a later API version does not change existing ids (an operator upgrade rolls nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from tandem.api.base import ApiModel
+from tandem.api.pool import (
+    AdmissionSpec,
+    InferencePoolSpec,
+    KvCacheSpec,
+    ModelSpec,
+    PlacementSpec,
+    RoleShape,
+    StackSpec,
+)
+
+REVISION_ID_LENGTH = 10
+
+
+class CacheWiring(ApiModel):
+    """What a pool's pods need from its MooncakeCache (empty when the pool has none)."""
+
+    master_address: str = ""
+    """Mooncake master_server_address."""
+    metadata_server: str = ""
+    """Mooncake metadata_server."""
+    protocol: str = "tcp"
+    """tcp or rdma."""
+    device_names: str = ""
+    """Comma-separated RDMA device names."""
+    global_segment_size: int = 0
+    """Bytes each engine contributes (0 = standalone stores)."""
+    local_buffer_size: int = 4 * 2**30
+    """Engine-side transfer buffer in bytes."""
+    python_hash_seed: int = 0
+    """Fleet-wide PYTHONHASHSEED."""
+
+
+class RevisionSpec(ApiModel):
+    """Everything an instance pod of one revision is built from."""
+
+    model: ModelSpec
+    """Model served."""
+    stack: StackSpec
+    """Engine image, args, env."""
+    prefill: RoleShape
+    """Prefill shape."""
+    decode: RoleShape
+    """Decode shape."""
+    placement: PlacementSpec
+    """Placement."""
+    admission: AdmissionSpec
+    """Admission flags."""
+    kv_cache: KvCacheSpec
+    """KV-cache settings."""
+    cache: CacheWiring | None = None
+    """Resolved MooncakeCache wiring."""
+
+
+def revision_spec(spec: InferencePoolSpec, cache: CacheWiring | None = None) -> RevisionSpec:
+    """The revision a pool's current spec asks for."""
+    return RevisionSpec(
+        model=spec.model,
+        stack=spec.stack,
+        prefill=spec.pairs.prefill,
+        decode=spec.pairs.decode,
+        placement=spec.placement,
+        admission=spec.admission,
+        kv_cache=spec.kv_cache,
+        cache=cache,
+    )
+
+
+def revision_id(rev: RevisionSpec) -> str:
+    """Short, stable hash of a revision (defaults excluded; see module docstring)."""
+    payload = rev.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude_none=True)
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return digest[:REVISION_ID_LENGTH]

@@ -1,0 +1,310 @@
+"""Instance pods: one Pod per prefill or decode instance of a pair, built from a revision snapshot.
+
+What it owns: `build_instance_pod(params) -> dict`, the whole pod manifest. Pure and deterministic:
+no environment reads, no clock, no test-only branches. Pods are built from a `RevisionSpec` (never
+from the live spec), so a stable pod recreated mid-rollout keeps the stable image and flags.
+
+What goes in (integration.md names, vLLM 0.33):
+- `vllm serve <model>` with `--served-model-name`, `--tensor-parallel-size`, `--pipeline-parallel-size`,
+  `--max-model-len`, `--max-num-seqs` (admission.maxInFlight), prefix caching on/off and
+  `--kv-transfer-config` (prefill = producer, decode = consumer; with a MooncakeCache a MultiConnector
+  adds `MooncakeStoreConnector` as `kv_both`), then the stack's and the role's extra args.
+- env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` and
+  `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
+  prefill, `MOONCAKE_CONFIG_PATH` when a cache is wired, the weights token as a file.
+- GPUs as `limits` (= requests) of the pool's GPU resource; probes on vLLM's `/health`; PSS baseline
+  (no privilege, no host namespaces, RuntimeDefault seccomp; `IPC_LOCK` only with an RDMA resource).
+- Placement: a required node affinity on the node the planner chose; without one, a required pod
+  affinity keeps the pair's instances together (same node, or same pair topology domain).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.api.labels import (
+    COMPONENT_ENGINE,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    LABEL_PAIR,
+    LABEL_REVISION,
+    LABEL_ROLE,
+    LABEL_VERSION,
+    Role,
+    cache_client_configmap_name,
+    pair_id,
+    pod_name,
+)
+from tandem.api.quantity import parse_quantity
+from tandem.api.revision import RevisionSpec
+from tandem.builders.common import base_labels, metadata, owner_reference
+
+ENGINE_PORT = 8000
+MOONCAKE_BOOTSTRAP_PORT = 8998
+NIXL_SIDE_CHANNEL_PORT = 5600
+MOONCAKE_CONFIG_DIR = "/etc/mooncake"
+TOKEN_DIR = "/var/run/secrets/tandem/model-token"
+MODEL_CACHE_DIR = "/models-cache"
+DEFAULT_CPU_PER_GPU = 8
+DEFAULT_MEMORY_GI_PER_GPU = 64
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+DEVICE_IDS = {"MI300X": "74a1", "MI325X": "74a5", "MI355X": "75a3"}
+
+
+@dataclass(frozen=True)
+class InstanceParams:
+    """Everything one instance pod is built from."""
+
+    pool: str
+    namespace: str
+    pool_uid: str
+    pair: int
+    role: Role
+    instance: int
+    revision: str
+    spec: RevisionSpec
+    node: str | None = None
+    cache_name: str | None = None
+
+
+def model_location(source: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(model argument for vllm serve, volumes, volume mounts) for a weights source URI."""
+    scheme, _, rest = source.partition("://")
+    if scheme == "hf":
+        return rest, [], []
+    if scheme == "file":
+        return rest if rest.startswith("/") else "/" + rest, [], []
+    if scheme == "pvc":
+        claim, _, path = rest.partition("/")
+        volume = {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        mount = {"name": "model", "mountPath": f"/models/{claim}", "readOnly": True}
+        return f"/models/{claim}/{path}".rstrip("/"), [volume], [mount]
+    if scheme == "oci":
+        volume = {"name": "model", "image": {"reference": rest, "pullPolicy": "IfNotPresent"}}
+        return "/models/oci", [volume], [{"name": "model", "mountPath": "/models/oci", "readOnly": True}]
+    return source, [], []  # s3:// and gs:// are read by the engine's model streamer
+
+
+def kv_transfer_config(spec: RevisionSpec, role: Role) -> dict[str, Any]:
+    """The `--kv-transfer-config` of one role (vLLM 0.33 connector names)."""
+    connector = spec.stack.kv_transfer.connector
+    producer = role == "prefill"
+    if connector == "NixlConnector":
+        config: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    else:
+        config = {"kv_connector": connector, "kv_role": "kv_producer" if producer else "kv_consumer"}
+    if connector == "MooncakeConnector" and spec.cache is not None:
+        config = {
+            "kv_connector": "MultiConnector",
+            "kv_role": "kv_producer" if producer else "kv_consumer",
+            "kv_connector_extra_config": {
+                "connectors": [
+                    {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer" if producer else "kv_consumer"},
+                    {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"},
+                ]
+            },
+        }
+    if spec.stack.kv_transfer.load_failure_policy != "fail":
+        config["kv_load_failure_policy"] = spec.stack.kv_transfer.load_failure_policy
+    return config
+
+
+def engine_args(spec: RevisionSpec, role: Role, model_arg: str) -> list[str]:
+    shape = spec.prefill if role == "prefill" else spec.decode
+    tp = shape.tensor_parallel or shape.gpus_per_instance // shape.pipeline_parallel
+    args = [
+        model_arg,
+        f"--served-model-name={spec.model.served_name}",
+        "--host=0.0.0.0",
+        f"--port={ENGINE_PORT}",
+        f"--tensor-parallel-size={tp}",
+        f"--pipeline-parallel-size={shape.pipeline_parallel}",
+        f"--max-model-len={spec.model.max_context_tokens}",
+        f"--max-num-seqs={spec.admission.max_in_flight}",
+        "--enable-prefix-caching" if spec.kv_cache.local_prefix_caching else "--no-enable-prefix-caching",
+        "--kv-transfer-config=" + json.dumps(kv_transfer_config(spec, role), sort_keys=True, separators=(",", ":")),
+    ]
+    if spec.model.revision:
+        args.append(f"--revision={spec.model.revision}")
+    override = spec.stack.prefill if role == "prefill" else spec.stack.decode
+    return [*args, *spec.stack.args, *override.args]
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str) -> list[dict[str, Any]]:
+    seed = spec.cache.python_hash_seed if spec.cache is not None else 0
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONHASHSEED", "value": str(seed)},
+        _field_env("VLLM_HOST_IP", "status.podIP"),
+        {"name": "TANDEM_POOL", "value": pool},
+        {"name": "TANDEM_PAIR", "value": pair},
+        {"name": "TANDEM_ROLE", "value": role},
+        {"name": "HF_HOME", "value": MODEL_CACHE_DIR},
+    ]
+    connector = spec.stack.kv_transfer.connector
+    if connector == "MooncakeConnector":
+        env.append(_field_env("MOONCAKE_REQUESTER_LOCAL_HOSTNAME", "status.podIP"))
+        if role == "prefill":
+            env.append({"name": "VLLM_MOONCAKE_BOOTSTRAP_PORT", "value": str(MOONCAKE_BOOTSTRAP_PORT)})
+    if connector == "NixlConnector":
+        env.append(_field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"))
+    if spec.cache is not None:
+        env.append({"name": "MOONCAKE_CONFIG_PATH", "value": f"{MOONCAKE_CONFIG_DIR}/mooncake.json"})
+    if spec.model.token_secret_ref is not None:
+        env.append({"name": "HF_TOKEN_PATH", "value": f"{TOKEN_DIR}/token"})
+    override = spec.stack.prefill if role == "prefill" else spec.stack.decode
+    for var in [*spec.stack.env, *override.env]:
+        env.append(var.wire())
+    return env
+
+
+def _resources(spec: RevisionSpec, role: Role) -> dict[str, Any]:
+    shape = spec.prefill if role == "prefill" else spec.decode
+    override = (spec.stack.prefill if role == "prefill" else spec.stack.decode).resources
+    gpus = shape.gpus_per_instance
+    cpu = override.cpu if override and override.cpu else str(DEFAULT_CPU_PER_GPU * gpus)
+    memory = override.memory if override and override.memory else f"{DEFAULT_MEMORY_GI_PER_GPU * gpus}Gi"
+    amounts: dict[str, Any] = {"cpu": cpu, "memory": memory, spec.placement.gpu_resource: str(gpus)}
+    if spec.placement.rdma is not None:
+        amounts[spec.placement.rdma.name] = str(spec.placement.rdma.per_instance)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _affinity(params: InstanceParams) -> dict[str, Any]:
+    spec = params.spec
+    terms: list[dict[str, Any]] = []
+    if params.node is not None:
+        terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": [params.node]})
+    if spec.placement.gpu_product is not None:
+        terms.append({"key": "amd.com/gpu.device-id", "operator": "In", "values": [DEVICE_IDS[spec.placement.gpu_product]]})
+    affinity: dict[str, Any] = {}
+    if terms:
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
+        }
+    if params.node is None and spec.placement.pair_colocation != "None":
+        key = LABEL_HOSTNAME if spec.placement.pair_colocation == "SameNodeWhenFits" else spec.placement.pair_topology_key
+        affinity["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {LABEL_PAIR: pair_id(params.pool, params.pair)}},
+                    "topologyKey": key,
+                }
+            ]
+        }
+    return affinity
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def instance_labels(params: InstanceParams) -> dict[str, str]:
+    labels = base_labels(params.pool)
+    labels.update(
+        {
+            LABEL_PAIR: pair_id(params.pool, params.pair),
+            LABEL_ROLE: params.role,
+            LABEL_INSTANCE: str(params.instance),
+            LABEL_REVISION: params.revision,
+            LABEL_COMPONENT: COMPONENT_ENGINE,
+            LABEL_NAME: "tandem-engine",
+            LABEL_VERSION: params.spec.stack.version,
+            "app.kubernetes.io/instance": params.pool,
+        }
+    )
+    return labels
+
+
+def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
+    """The Pod of one prefill or decode instance (see module docstring)."""
+    spec = params.spec
+    name = pod_name(params.pool, params.pair, params.role, params.instance)
+    model_arg, volumes, mounts = model_location(spec.model.source)
+    gpus = (spec.prefill if params.role == "prefill" else spec.decode).gpus_per_instance
+    shm = f"{min(64, 8 * gpus)}Gi"
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+        {"name": "model-cache", "emptyDir": {}},
+        *volumes,
+    ]
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "model-cache", "mountPath": MODEL_CACHE_DIR},
+        *mounts,
+    ]
+    if spec.model.token_secret_ref is not None:
+        ref = spec.model.token_secret_ref
+        volumes.append(
+            {"name": "model-token", "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}]}}
+        )
+        mounts.append({"name": "model-token", "mountPath": TOKEN_DIR, "readOnly": True})
+    if spec.cache is not None and params.cache_name:
+        volumes.append({"name": "mooncake", "configMap": {"name": cache_client_configmap_name(params.cache_name)}})
+        mounts.append({"name": "mooncake", "mountPath": MOONCAKE_CONFIG_DIR, "readOnly": True})
+    ports = [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    if params.role == "prefill" and spec.stack.kv_transfer.connector == "MooncakeConnector":
+        ports.append({"name": "kv-bootstrap", "containerPort": MOONCAKE_BOOTSTRAP_PORT, "protocol": "TCP"})
+    if spec.stack.kv_transfer.connector == "NixlConnector":
+        ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if spec.placement.rdma is not None:
+        capabilities["add"] = ["IPC_LOCK"]
+    container = {
+        "name": "engine",
+        "image": spec.stack.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm", "serve"],
+        "args": engine_args(spec, params.role, model_arg),
+        "env": engine_env(spec, params.role, params.pool, pair_id(params.pool, params.pair)),
+        "ports": ports,
+        "resources": _resources(spec, params.role),
+        "volumeMounts": mounts,
+        "startupProbe": _probe(10, 360),
+        "readinessProbe": _probe(5, 3),
+        "livenessProbe": _probe(15, 4),
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities},
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "tolerations": [t.wire() for t in spec.placement.tolerations],
+    }
+    if spec.placement.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(spec.placement.node_selector.items()))
+    affinity = _affinity(params)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if spec.placement.priority_class_name:
+        pod_spec["priorityClassName"] = spec.placement.priority_class_name
+    owner = owner_reference("InferencePool", params.pool, params.pool_uid)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(name, params.namespace, instance_labels(params), owner),
+        "spec": pod_spec,
+    }
+
+
+def gpus_of(spec: RevisionSpec, role: Role) -> int:
+    return (spec.prefill if role == "prefill" else spec.decode).gpus_per_instance
+
+
+def memory_bytes(quantity: str) -> int:
+    return int(parse_quantity(quantity))

@@ -1,0 +1,628 @@
+"""The pool planner: from one observed snapshot to the actions, routing table and status of one pass.
+
+What it owns: `plan_pool(snapshot) -> Plan`, the pure heart of the reconcile loop (observe → **plan**
+→ act → report). It never performs I/O and never reads the clock (`snapshot.now`); the same snapshot
+always gives the same plan, and a plan on a converged snapshot has no actions and an unchanged
+status, so a quiet pass makes zero API writes.
+
+The rules, in order:
+1. Revisions: the desired revision is the hash of the pod-shaping spec; the stable one comes from
+   status (or, with no status, from the pods already there). `tandem.core.rollout` turns them into
+   per-revision pair targets and a canary traffic share.
+2. Finished drains are deleted (drain started + `drainTimeout` passed).
+3. Broken pairs: missing instances are recreated on their partner's node (same revision); a pair that
+   stayed incomplete longer than `orphanTimeout`, or mixes revisions, is deleted whole (it carries no
+   traffic, so there is nothing to drain).
+4. Per revision, toward its target, **capacity first**: new pairs are created while live pairs stay
+   within `replicas + maxSurge`; pairs that cannot be placed are created only up to `maxSurge`
+   (Pending, so a cluster autoscaler can react) and `InsufficientGPU` is reported; excess pairs are
+   removed not-Ready first (deleted at once) then Ready (marked draining, highest index first), and a
+   Ready pair is drained only while the Ready pairs left stay ≥ `replicas − maxUnavailable` (INV-1).
+5. The routing table lists every pair in ring order: `serving` only while all instances are Ready
+   (INV-6), `warming` before, `draining` after; pair weights give the canary its share, capped by its
+   Ready share.
+6. Status: counts, revisions, rollout, conditions (lastTransitionTime only moves on a flip).
+
+Worked example: replicas 8 → 10 on 10 empty 8-GPU nodes, 1P+1D at 4 GPUs, maxSurge 1: pass 1 creates
+pairs p8 and p9 (4 pods, one node each); they show `warming`; once Ready a later pass marks them
+`serving` and Ready becomes 10/10. Scaling back to 8 drains p9 and p8 (highest first) while 8 Ready
+pairs remain; their pods are deleted `drainTimeout` later.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tandem.api.labels import Role, pod_name, pool_selector, routing_configmap_name, selector_string
+from tandem.api.pool_status import (
+    InferencePoolStatus,
+    PairCounts,
+    RevisionsStatus,
+    RevisionStatus,
+    RolloutStatus,
+    RoutingTableStatus,
+)
+from tandem.api.quantity import parse_duration
+from tandem.api.revision import RevisionSpec, revision_id, revision_spec
+from tandem.core import conditions as c
+from tandem.core.observed import ObservedPod, Snapshot
+from tandem.core.pairs import PairView, group_pairs
+from tandem.core.placement import build_node_pool, domain_of, place_instance, place_pair
+from tandem.core.rollout import (
+    EVENT_NORMAL,
+    EVENT_WARNING,
+    AnalysisResult,
+    Event,
+    RevisionCounts,
+    RolloutDecision,
+    RolloutInputs,
+    plan_rollout,
+)
+from tandem.routing.algorithm import compute_pair_weights
+from tandem.routing.table import (
+    Admission,
+    Endpoint,
+    HashSpec,
+    HeaderMatch,
+    Match,
+    Pair,
+    PairState,
+    Revisions,
+    RoutingTable,
+)
+
+ENGINE_PORT = 8000
+STEADY_RESYNC_SECONDS = 300.0
+BUSY_REQUEUE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """Create one instance pod of a pair, from a revision snapshot, optionally pinned to a node."""
+
+    pair: int
+    role: Role
+    instance: int
+    revision: str
+    node: str | None
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Delete one pod (with its uid as a precondition: never a look-alike created meanwhile)."""
+
+    name: str
+    uid: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one pass wants done; the reconcile applies it, in this order."""
+
+    rollout_first: RolloutStatus | None
+    snapshots: tuple[str, ...]
+    creates: tuple[CreatePod, ...]
+    deletes: tuple[DeletePod, ...]
+    routing: RoutingTable
+    status: InferencePoolStatus
+    events: tuple[Event, ...] = ()
+    requeue_after: float = STEADY_RESYNC_SECONDS
+    revisions: dict[str, RevisionSpec] = field(default_factory=dict)
+    desired_revision: str = ""
+
+
+def infer_stable(pairs: Iterable[PairView], fallback: str) -> str:
+    """With no status, the stable revision is the one most Ready pairs run (else the desired one)."""
+    ready = Counter(p.revision for p in pairs if p.ready and p.revision)
+    if ready:
+        return sorted(ready.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return fallback
+
+
+def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Plan:
+    """One pure planning pass for one pool (module docstring lists the rules)."""
+    pool = snapshot.pool
+    spec = pool.spec
+    name = pool.metadata.name
+    now = snapshot.now
+    old_status = pool.status or InferencePoolStatus()
+    generation = pool.metadata.generation
+
+    # 1. revisions and the rollout
+    desired_spec = revision_spec(spec, snapshot.cache)
+    desired = revision_id(desired_spec)
+    revisions = dict(snapshot.revisions)
+    revisions[desired] = desired_spec
+    pairs = group_pairs(name, snapshot.pods, revisions, snapshot.routing)
+    stable = old_status.revisions.stable.name if old_status.revisions.stable else infer_stable(pairs, desired)
+    counts: dict[str, RevisionCounts] = {}
+    for pair in pairs:
+        if pair.live:
+            prev = counts.get(pair.revision, RevisionCounts())
+            counts[pair.revision] = RevisionCounts(prev.live + 1, prev.ready + int(pair.ready))
+    decision = plan_rollout(
+        RolloutInputs(
+            spec=spec,
+            status=old_status.rollout,
+            stable=stable,
+            desired=desired,
+            counts=counts,
+            now=now,
+            analysis=analysis,
+            promote_request=pool.metadata.annotations.get("tandem.dev/promote", ""),
+            abort_request=pool.metadata.annotations.get("tandem.dev/abort", ""),
+        )
+    )
+    events = list(decision.events)
+    targets = dict(decision.targets)
+
+    # 2.-4. pair actions
+    actions = _PairActions(snapshot, pairs, revisions, targets, now)
+    actions.finish_drains()
+    actions.repair()
+    actions.converge()
+    events.extend(actions.events)
+
+    # 5. routing table
+    table = build_table(snapshot, actions.final_pairs(), decision, now)
+
+    # 6. status
+    status = summarize(snapshot, actions, decision, table, revisions, generation)
+    requeue = actions.requeue_after(decision)
+    missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in snapshot.revisions))
+    return Plan(
+        rollout_first=decision.status if decision.persist_first else None,
+        snapshots=missing,
+        creates=tuple(actions.creates),
+        deletes=tuple(actions.deletes),
+        routing=table,
+        status=status,
+        events=tuple(events),
+        requeue_after=requeue,
+        revisions=revisions,
+        desired_revision=desired,
+    )
+
+
+class _PairActions:
+    """Working state of steps 2-4 for one pass (not shared, not persisted)."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        pairs: list[PairView],
+        revisions: dict[str, RevisionSpec],
+        targets: dict[str, int],
+        now: datetime,
+    ) -> None:
+        spec = snapshot.pool.spec
+        self.snapshot = snapshot
+        self.spec = spec
+        self.pool = snapshot.pool.metadata.name
+        self.pairs = pairs
+        self.revisions = revisions
+        self.targets = targets
+        self.now = now
+        self.creates: list[CreatePod] = []
+        self.deletes: list[DeletePod] = []
+        self.events: list[Event] = []
+        self.new_drains: dict[int, datetime] = {}
+        self.deleted_pairs: set[int] = set()
+        self.new_pairs: dict[int, str] = {}
+        self.insufficient_gpu = 0
+        self.missing_snapshot: set[str] = set()
+        self.recreated: set[str] = set()
+        self.drain_timeout = parse_duration(spec.pairs.drain_timeout)
+        self.orphan_timeout = parse_duration(spec.pairs.orphan_timeout)
+        self.replicas = spec.pairs.replicas
+        self.max_surge = spec.rollout.max_surge
+        self.floor = max(0, self.replicas - spec.rollout.max_unavailable)
+        placement = spec.placement
+        domains = [
+            domain_of(n, placement.spread_topology_key)
+            for p in pairs
+            if p.live
+            for n in snapshot.nodes
+            if p.nodes and n.name == p.nodes[0]
+        ]
+        self.ledger = build_node_pool(snapshot.nodes, [*snapshot.pods, *snapshot.other_pods], placement, domains)
+        self.used_indexes = {p.index for p in pairs}
+        self.next_wake: list[float] = []
+
+    # -- step 2: finished drains
+    def finish_drains(self) -> None:
+        for pair in self.pairs:
+            if pair.draining_since is None:
+                continue
+            due = pair.draining_since + timedelta(seconds=self.drain_timeout)
+            if self.now >= due:
+                self._delete_pair(pair, "drain finished")
+            else:
+                self.next_wake.append((due - self.now).total_seconds())
+
+    # -- step 3: broken pairs
+    def repair(self) -> None:
+        for pair in self.pairs:
+            if not pair.live or pair.index in self.deleted_pairs:
+                continue
+            if pair.mixed:
+                self._delete_pair(pair, "pair mixes revisions")
+                continue
+            if pair.ready:
+                continue
+            rev = self.revisions.get(pair.revision)
+            stuck = self._stuck_since(pair)
+            if stuck is not None and self.now >= stuck + timedelta(seconds=self.orphan_timeout):
+                self.events.append(
+                    Event(EVENT_WARNING, c.REASON_PAIR_INCOMPLETE, f"pair {pair.id} incomplete for {self.spec.pairs.orphan_timeout}: replacing it")
+                )
+                self._delete_pair(pair, "incomplete past orphanTimeout")
+                continue
+            if stuck is not None:
+                self.next_wake.append((stuck + timedelta(seconds=self.orphan_timeout) - self.now).total_seconds())
+            if rev is None:
+                self.missing_snapshot.add(pair.revision)
+                continue
+            for role, instance in pair.missing:
+                partners = [p.node for p in pair.pods if p.node and not p.deleting]
+                gpus = rev.prefill.gpus_per_instance if role == "prefill" else rev.decode.gpus_per_instance
+                node = place_instance(self.ledger, gpus, partners, rev.placement)
+                if node is None and partners:
+                    self.insufficient_gpu += 1
+                    continue
+                self.creates.append(CreatePod(pair.index, role, instance, pair.revision, node))
+                self.recreated.add(pair.id)
+
+    def _stuck_since(self, pair: PairView) -> datetime | None:
+        """When the pair's current incompleteness started, as far as observable (newest pod's creation)."""
+        if pair.ready:
+            return None
+        newest = pair.newest_pod
+        return newest
+
+    # -- step 4: converge revisions toward their targets
+    def converge(self) -> None:
+        live = {p.index: p for p in self.pairs if p.live and p.index not in self.deleted_pairs}
+        by_rev: dict[str, list[PairView]] = {}
+        for pair in live.values():
+            by_rev.setdefault(pair.revision, []).append(pair)
+        # Revisions that are not targeted at all (old canaries, unknown) go to zero.
+        for rev in by_rev:
+            self.targets.setdefault(rev, 0)
+        ready_total = sum(1 for p in live.values() if p.ready)
+        # 4a. excess not-Ready pairs go first: they carry no traffic.
+        for rev, target in sorted(self.targets.items()):
+            members = by_rev.get(rev, [])
+            excess = len(members) - target
+            for pair in sorted((p for p in members if not p.ready), key=lambda p: -p.index):
+                if excess <= 0:
+                    break
+                self._delete_pair(pair, "scale down (not ready)")
+                live.pop(pair.index, None)
+                excess -= 1
+        # 4b. create toward the targets, within replicas + maxSurge live pairs
+        pending_pairs = sum(1 for p in live.values() if p.pending)
+        total_live = len(live)
+        for rev, target in sorted(self.targets.items(), key=lambda kv: (kv[0] != self._first_rev(), kv[0])):
+            have = sum(1 for p in live.values() if p.revision == rev) + sum(1 for r in self.new_pairs.values() if r == rev)
+            spec = self.revisions.get(rev)
+            while have < target and total_live < self.replicas + self.max_surge:
+                if spec is None:
+                    self.missing_snapshot.add(rev)
+                    break
+                gpus = [spec.prefill.gpus_per_instance] * spec.prefill.instances + [
+                    spec.decode.gpus_per_instance
+                ] * spec.decode.instances
+                nodes = place_pair(self.ledger, gpus, spec.placement)
+                if nodes is None:
+                    if pending_pairs >= self.max_surge:
+                        self.insufficient_gpu += target - have
+                        break
+                    pending_pairs += 1
+                    self.insufficient_gpu += 1
+                    nodes_opt: list[str | None] = [None] * len(gpus)
+                else:
+                    nodes_opt = list(nodes)
+                index = self._free_index()
+                slots = [("prefill", i) for i in range(spec.prefill.instances)] + [
+                    ("decode", i) for i in range(spec.decode.instances)
+                ]
+                for (role, i), node in zip(slots, nodes_opt, strict=True):
+                    self.creates.append(CreatePod(index, role, i, rev, node))  # type: ignore[arg-type]
+                self.new_pairs[index] = rev
+                have += 1
+                total_live += 1
+        created = Counter(self.new_pairs.values())
+        for rev, n in sorted(created.items()):
+            version = self.revisions[rev].stack.version
+            self.events.append(Event(EVENT_NORMAL, "PairsCreated", f"creating {n} pair(s) of {version} (revision {rev})"))
+        if self.insufficient_gpu:
+            self.events.append(
+                Event(EVENT_WARNING, c.REASON_INSUFFICIENT_GPU, f"{self.insufficient_gpu} pair(s) or instance(s) cannot be placed: not enough free {self.spec.placement.gpu_resource}")
+            )
+        # 4c. excess Ready pairs drain, highest index first, never below the floor.
+        drained = 0
+        for rev, target in sorted(self.targets.items()):
+            members = [p for p in live.values() if p.revision == rev and p.index not in self.deleted_pairs]
+            excess = len(members) - target
+            for pair in sorted(members, key=lambda p: -p.index):
+                if excess <= 0:
+                    break
+                if pair.ready:
+                    if ready_total - 1 < self.floor:
+                        break
+                    ready_total -= 1
+                    self.new_drains[pair.index] = self.now
+                    self.next_wake.append(self.drain_timeout)
+                    drained += 1
+                else:
+                    self._delete_pair(pair, "scale down (not ready)")
+                excess -= 1
+        if drained:
+            self.events.append(Event(EVENT_NORMAL, "PairsDraining", f"draining {drained} pair(s): no new requests, deleted after in-flight streams end"))
+
+    def _first_rev(self) -> str:
+        """Create the stable revision's pairs before the canary's when both are short (rollback)."""
+        return min(self.targets, key=lambda r: (-self.targets[r], r)) if self.targets else ""
+
+    def _free_index(self) -> int:
+        index = 0
+        while index in self.used_indexes:
+            index += 1
+        self.used_indexes.add(index)
+        return index
+
+    def _delete_pair(self, pair: PairView, reason: str) -> None:
+        self.deleted_pairs.add(pair.index)
+        for pod in pair.pods:
+            if not pod.deleting:
+                self.deletes.append(DeletePod(pod.name, pod.uid, reason))
+
+    # -- outputs
+    def final_pairs(self) -> list[tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, bool]]:
+        """(index, revision, state, pods, draining_since, complete) of every pair the table lists."""
+        rows = []
+        for pair in self.pairs:
+            since = pair.draining_since or self.new_drains.get(pair.index)
+            if pair.index in self.deleted_pairs and since is None:
+                continue
+            if since is not None:
+                state = PairState.DRAINING.value
+            elif pair.ready:
+                state = PairState.SERVING.value
+            else:
+                state = PairState.WARMING.value
+            rows.append((pair.index, pair.revision, state, pair.pods, since, pair.complete))
+        for index, rev in sorted(self.new_pairs.items()):
+            rows.append((index, rev, PairState.WARMING.value, (), None, False))
+        return sorted(rows, key=lambda r: r[0])
+
+    def requeue_after(self, decision: RolloutDecision) -> float:
+        waits = [w for w in self.next_wake if w > 0]
+        if decision.requeue_after:
+            waits.append(decision.requeue_after)
+        busy = self.creates or self.deletes or self.new_drains or any(not p.ready for p in self.pairs if p.live)
+        if busy:
+            waits.append(BUSY_REQUEUE_SECONDS)
+        return max(1.0, min(waits)) if waits else STEADY_RESYNC_SECONDS
+
+
+def _endpoints(pool: str, index: int, pods: tuple[ObservedPod, ...], role: Role, count: int) -> tuple[Endpoint, ...]:
+    out = []
+    for i in range(count):
+        pod = next((p for p in pods if p.role == role and p.instance == i), None)
+        name = pod.name if pod else pod_name(pool, index, role, i)
+        address = f"{pod.pod_ip}:{ENGINE_PORT}" if pod and pod.pod_ip else None
+        out.append(Endpoint(pod=name, address=address))
+    return tuple(out)
+
+
+def build_table(
+    snapshot: Snapshot,
+    rows: list[tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, bool]],
+    decision: RolloutDecision,
+    now: datetime,
+) -> RoutingTable:
+    """The routing table for this pass (pure; see rule 5 of the module docstring)."""
+    spec = snapshot.pool.spec
+    pool = snapshot.pool.metadata.name
+    previous = {p.index: p for p in snapshot.routing.pairs} if snapshot.routing else {}
+    pairs: list[Pair] = []
+    for index, rev, state, pods, since, _complete in rows:
+        shape = _shape(snapshot, rev, pods)
+        drain_text = None
+        if since is not None:
+            old = previous.get(index)
+            drain_text = old.draining_since if old and old.draining_since else since.isoformat().replace("+00:00", "Z")
+        pairs.append(
+            Pair(
+                id=f"{pool}-p{index}",
+                index=index,
+                revision=rev,
+                state=PairState(state),
+                prefill=_endpoints(pool, index, pods, "prefill", shape[0]),
+                decode=_endpoints(pool, index, pods, "decode", shape[1]),
+                draining_since=drain_text,
+            )
+        )
+    canary = decision.canary
+    serving = [p for p in pairs if p.state is PairState.SERVING]
+    percent: int | None = None
+    if canary is not None:
+        ready_c = sum(1 for p in serving if p.revision == canary)
+        if decision.canary_weight_percent is None:
+            percent = round(100 * ready_c / len(serving)) if serving else 0
+        else:
+            cap = (100 * ready_c) // len(serving) if serving else 0
+            percent = min(decision.canary_weight_percent, cap)
+            if ready_c and len(serving) == ready_c:
+                percent = 100
+        if decision.canary_weight_percent is not None and serving:
+            weights = compute_pair_weights(serving, canary, percent)
+            pairs = [p.model_copy(update={"weight": weights.get(p.id, p.weight)}) for p in pairs]
+        if canary == decision.stable:
+            canary = None
+    match = spec.traffic.match
+    return RoutingTable(
+        pool=pool,
+        namespace=snapshot.pool.metadata.namespace,
+        traffic_class=spec.traffic.traffic_class,
+        priority=spec.traffic.priority,
+        match=Match(
+            min_prompt_tokens=match.min_prompt_tokens,
+            max_prompt_tokens=match.max_prompt_tokens,
+            images=match.images,
+            headers=tuple(HeaderMatch(name=h.name, value=h.value) for h in match.headers),
+        ),
+        hash=HashSpec(
+            prefix_chars=spec.routing.prefix_chars,
+            load_bound_percent=spec.routing.load_bound_percent,
+            max_walk=spec.routing.max_walk,
+        ),
+        admission=Admission(
+            max_in_flight=spec.admission.max_in_flight,
+            max_queued=spec.admission.max_queued,
+            max_kv_utilization_percent=spec.admission.max_kv_cache_utilization_percent,
+            reject_status=spec.admission.reject_status,
+        ),
+        revisions=Revisions(
+            stable=decision.stable,
+            canary=canary,
+            canary_weight_percent=percent if canary is not None else None,
+        ),
+        pairs=tuple(pairs),
+    )
+
+
+def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple[int, int]:
+    spec = snapshot.revisions.get(rev)
+    if spec is None:
+        from tandem.api.revision import revision_spec as _rs  # noqa: PLC0415
+
+        current = _rs(snapshot.pool.spec, snapshot.cache)
+        if revision_id(current) == rev:
+            spec = current
+    if spec is not None:
+        return spec.prefill.instances, spec.decode.instances
+    prefill = max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 0
+    decode = max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 0
+    return prefill, decode
+
+
+def summarize(
+    snapshot: Snapshot,
+    actions: _PairActions,
+    decision: RolloutDecision,
+    table: RoutingTable,
+    revisions: dict[str, RevisionSpec],
+    generation: int,
+) -> InferencePoolStatus:
+    """The status this pass reports (pure)."""
+    pool = snapshot.pool
+    spec = pool.spec
+    now = snapshot.now
+    old = pool.status or InferencePoolStatus()
+    live = [p for p in table.pairs if p.state is not PairState.DRAINING]
+    ready = [p for p in table.pairs if p.state is PairState.SERVING]
+    draining = [p for p in table.pairs if p.state is PairState.DRAINING]
+    desired_rev = decision.canary or decision.stable
+    pending_pods = sum(1 for p in snapshot.pods if p.node is None and not p.deleting) + sum(
+        1 for a in actions.creates if a.node is None
+    )
+    replicas = spec.pairs.replicas
+
+    def rev_status(rev: str | None) -> RevisionStatus | None:
+        if not rev:
+            return None
+        rspec = revisions.get(rev)
+        members = [p for p in live if p.revision == rev]
+        serving = [p for p in ready if p.revision == rev]
+        if decision.canary and table.revisions.canary_weight_percent is not None:
+            weight = table.revisions.canary_weight_percent if rev == decision.canary else 100 - table.revisions.canary_weight_percent
+        else:
+            weight = 100 if rev == decision.stable else 0
+        return RevisionStatus(
+            name=rev,
+            version=rspec.stack.version if rspec else "",
+            image=rspec.stack.image if rspec else "",
+            pairs=len(members),
+            ready_pairs=len(serving),
+            weight_percent=max(0, min(100, weight)),
+        )
+
+    conditions = list(old.conditions)
+    gen = generation
+    if replicas == 0:
+        conditions = c.set_condition(conditions, c.CONDITION_READY, "True", c.REASON_SCALED_TO_ZERO, "pairs.replicas is 0", now, gen)
+    elif len(ready) >= replicas:
+        conditions = c.set_condition(conditions, c.CONDITION_READY, "True", c.REASON_ALL_PAIRS_READY, f"{len(ready)}/{replicas} pairs ready", now, gen)
+    else:
+        floor = max(0, replicas - spec.rollout.max_unavailable)
+        reason = c.REASON_BELOW_FLOOR if len(ready) < floor else c.REASON_PAIRS_NOT_READY
+        conditions = c.set_condition(conditions, c.CONDITION_READY, "False", reason, f"{len(ready)}/{replicas} pairs ready", now, gen)
+
+    rollout_active = decision.status.phase in ("Progressing", "Paused", "RollingBack")
+    if rollout_active:
+        conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "True", decision.progressing_reason, decision.status.message or f"step {decision.status.step}", now, gen)
+    elif actions.creates or actions.deletes or actions.new_drains or len(live) != replicas or len(ready) < replicas or draining:
+        conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "True", c.REASON_SCALING, f"{len(ready)}/{replicas} pairs ready, {len(draining)} draining", now, gen)
+    else:
+        reason = c.REASON_ROLLED_BACK if decision.status.phase == "RolledBack" else c.REASON_STEADY
+        message = decision.status.message if decision.status.phase == "RolledBack" else "pool at its declared size"
+        conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "False", reason, message, now, gen)
+
+    problems: list[tuple[str, str]] = []
+    if actions.insufficient_gpu:
+        problems.append((c.REASON_INSUFFICIENT_GPU, f"{actions.insufficient_gpu} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}"))
+    if actions.missing_snapshot:
+        problems.append((c.REASON_REVISION_MISSING, f"no snapshot for revision(s) {', '.join(sorted(actions.missing_snapshot))}: their pods cannot be recreated"))
+    crash = [p.name for p in snapshot.pods if p.crash_looping]
+    if crash:
+        problems.append((c.REASON_CRASH_LOOPING, f"{len(crash)} instance(s) crash-looping, e.g. {crash[0]}"))
+    incomplete = [p for p in live if not any(pp.index == p.index for pp in ready) and p.index in {pv.index for pv in actions.pairs if pv.pods and not pv.complete}]
+    if incomplete:
+        problems.append((c.REASON_PAIR_INCOMPLETE, f"{len(incomplete)} pair(s) incomplete, e.g. {incomplete[0].id}"))
+    if snapshot.pool.status is not None:
+        pass
+    if problems:
+        conditions = c.set_condition(conditions, c.CONDITION_DEGRADED, "True", problems[0][0], "; ".join(m for _, m in problems), now, gen)
+    else:
+        conditions = c.set_condition(conditions, c.CONDITION_DEGRADED, "False", c.REASON_HEALTHY, "no problems observed", now, gen)
+
+    if spec.kv_cache.mooncake_ref is not None:
+        if snapshot.cache_problem:
+            conditions = c.set_condition(conditions, c.CONDITION_KV_CACHE_DEGRADED, "True", c.REASON_CACHE_DEGRADED, snapshot.cache_problem + "; serving from local prefix caches", now, gen)
+        else:
+            conditions = c.set_condition(conditions, c.CONDITION_KV_CACHE_DEGRADED, "False", c.REASON_CACHE_OK, f"MooncakeCache {spec.kv_cache.mooncake_ref.name} healthy", now, gen)
+    else:
+        conditions = [cond for cond in conditions if cond.type != c.CONDITION_KV_CACHE_DEGRADED]
+
+    updated = sum(1 for p in ready if p.revision == desired_rev)
+    return old.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": conditions,
+            "replicas": len(live),
+            "selector": selector_string(pool_selector(pool.metadata.name)),
+            "pairs": PairCounts(
+                desired=replicas,
+                current=len(live),
+                ready=len(ready),
+                updated=updated,
+                draining=len(draining),
+                pending=pending_pods,
+                summary=f"{len(ready)}/{replicas}",
+            ),
+            "revisions": RevisionsStatus(stable=rev_status(decision.stable), canary=rev_status(decision.canary)),
+            "rollout": decision.status,
+            "routing": RoutingTableStatus(
+                config_map=routing_configmap_name(pool.metadata.name),
+                fingerprint=table.fingerprint()[:16],
+                serving_pairs=len(ready),
+            ),
+        }
+    )

@@ -1,0 +1,452 @@
+"""The rollout state machine: which revisions should have how many pairs, and when a step advances.
+
+What it owns: the pure transition `plan_rollout(inputs) -> RolloutDecision`. It decides the phase,
+the step, the per-revision pair targets and the canary's traffic share; it never creates anything
+(the pair planner turns targets into capacity-first actions) and never reads the clock.
+
+Phases: Idle (stable only) → Progressing (canary at step k) ⇄ Paused → Promoted (canary became
+stable) | RollingBack (stable restored to full Ready capacity, then canary drained) → RolledBack
+(the failed revision is parked until spec.stack changes).
+
+Step semantics (Argo vocabulary):
+- `setWeight: w` → the canary gets ⌈replicas·w/100⌉ pairs and w % of traffic (capped by its Ready
+  share); `setCanaryPairs: n` → n pairs, traffic by pair count. Both persist through later pause and
+  analysis steps. A set step completes when the canary has that many Ready pairs and the stable
+  revision has drained down to the rest; it must do so within `progressDeadline`.
+- `pause` completes after its duration, or on `tandem rollout promote` when it has none.
+- `analysis` completes when the gate evaluation reports Passed; Failed → failure action; the NoData
+  deadline → `onNoData`.
+- After the last step the canary is promoted: it becomes stable and old pairs are drained
+  capacity-first.
+- A new revision mid-rollout, or changed steps, restarts at step 0; the intermediate canary is never
+  promoted (its target drops to 0). At most one step advance per pass (INV-3).
+
+Worked example (replicas 8, steps [setCanaryPairs 1, analysis, setWeight 50, setWeight 100]):
+step 0 targets {stable 7, canary 1} (the canary pair comes up first: maxSurge ≥ 1) → step 1 holds
+those targets until gates pass → step 2 {stable 4, canary 4}, 50 % traffic → step 3 {canary 8} →
+promoted: stable := canary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Final, Literal
+
+from tandem.api.pool import InferencePoolSpec, RolloutStep
+from tandem.api.pool_status import AnalysisProgress, GateVerdict, RolloutStatus
+from tandem.api.quantity import parse_duration
+from tandem.core import conditions as c
+
+AnalysisOutcome = Literal["Continue", "Passed", "Failed", "NoDataDeadline", "Paused"]
+
+EVENT_NORMAL: Final = "Normal"
+EVENT_WARNING: Final = "Warning"
+
+
+@dataclass(frozen=True)
+class RevisionCounts:
+    """Pairs of one revision: live = not draining (complete or not), ready = every instance Ready."""
+
+    live: int = 0
+    ready: int = 0
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """One evaluation pass of the current analysis step (from tandem.core.analysis)."""
+
+    progress: AnalysisProgress
+    outcome: AnalysisOutcome
+    verdicts: tuple[GateVerdict, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RolloutInputs:
+    spec: InferencePoolSpec
+    status: RolloutStatus
+    stable: str
+    desired: str
+    counts: Mapping[str, RevisionCounts]
+    now: datetime
+    analysis: AnalysisResult | None = None
+    promote_request: str = ""
+    abort_request: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RolloutDecision:
+    status: RolloutStatus
+    stable: str
+    canary: str | None
+    targets: dict[str, int]
+    canary_weight_percent: int | None
+    events: tuple[Event, ...] = ()
+    persist_first: bool = False
+    requeue_after: float | None = None
+    progressing_reason: str = c.REASON_STEADY
+    message: str = ""
+    analysis_verdicts: tuple[GateVerdict, ...] = field(default_factory=tuple)
+
+
+def steps_hash(steps: list[RolloutStep]) -> str:
+    payload = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in steps]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def canary_target(steps: list[RolloutStep], index: int, replicas: int) -> tuple[int, int | None]:
+    """(canary pairs, canary weight percent or None for by-count) in force at step ``index``."""
+    for step in reversed(steps[: index + 1]):
+        if step.set_weight is not None:
+            if replicas == 0:
+                return 0, step.set_weight
+            return min(replicas, math.ceil(replicas * step.set_weight / 100)), step.set_weight
+        if step.set_canary_pairs is not None:
+            return min(replicas, step.set_canary_pairs), None
+    return 0, 0
+
+
+def _step_label(index: int, count: int) -> str:
+    return f"{index + 1}/{count}"
+
+
+def _kind(step: RolloutStep) -> str:
+    if step.set_weight is not None:
+        return f"setWeight {step.set_weight}"
+    if step.set_canary_pairs is not None:
+        return f"setCanaryPairs {step.set_canary_pairs}"
+    if step.pause is not None:
+        return f"pause {step.pause.duration or 'until promoted'}"
+    return "analysis"
+
+
+def _start(status: RolloutStatus, revision: str, steps: list[RolloutStep], now: datetime, message: str) -> RolloutStatus:
+    return status.model_copy(
+        update={
+            "phase": "Progressing",
+            "revision": revision,
+            "step_index": 0,
+            "step_count": len(steps),
+            "step": _step_label(0, len(steps)),
+            "steps_hash": steps_hash(steps),
+            "step_started_at": now,
+            "progress_at": now,
+            "analysis": AnalysisProgress(),
+            "gates": [],
+            "message": message,
+        }
+    )
+
+
+def _advance(status: RolloutStatus, steps: list[RolloutStep], now: datetime) -> RolloutStatus:
+    index = status.step_index + 1
+    return status.model_copy(
+        update={
+            "step_index": index,
+            "step": _step_label(min(index, len(steps) - 1), len(steps)),
+            "step_started_at": now,
+            "progress_at": now,
+            "analysis": AnalysisProgress(),
+            "gates": [],
+        }
+    )
+
+
+def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
+    """One pure transition of the rollout state machine (see module docstring)."""
+    spec, now = inp.spec, inp.now
+    steps = list(spec.rollout.steps)
+    replicas = spec.pairs.replicas
+    status = inp.status
+    events: list[Event] = []
+    handled = status.handled_action
+
+    def counts(rev: str | None) -> RevisionCounts:
+        return inp.counts.get(rev or "", RevisionCounts())
+
+    stable = inp.stable
+    desired = inp.desired
+    in_rollout = status.phase in ("Progressing", "Paused", "RollingBack")
+
+    # 1. Abort requests: a no-op without a rollout (DP-08); otherwise roll back.
+    abort = inp.abort_request and inp.abort_request != handled
+    if abort:
+        handled = inp.abort_request
+        if status.phase in ("Progressing", "Paused"):
+            events.append(Event(EVENT_WARNING, "AbortRequested", f"rollout of {status.revision} aborted by request"))
+            status = status.model_copy(
+                update={
+                    "phase": "RollingBack",
+                    "failed_revision": status.revision,
+                    "message": "aborted by request: restoring stable capacity",
+                    "handled_action": handled,
+                }
+            )
+            in_rollout = True
+        else:
+            events.append(Event(EVENT_NORMAL, "AbortIgnored", "abort requested with no rollout in progress: nothing to do"))
+            status = status.model_copy(update={"handled_action": handled})
+
+    # 2. The spec went back to the stable revision mid-rollout: drop the canary.
+    if desired == stable:
+        canary = status.revision if in_rollout and status.revision and status.revision != stable else None
+        targets = {stable: replicas}
+        if canary:
+            targets[canary] = 0
+        live_canary = counts(canary).live if canary else 0
+        if in_rollout and status.phase != "RollingBack":
+            events.append(Event(EVENT_NORMAL, "RolloutCancelled", f"spec is back on stable revision {stable}"))
+        phase = status.phase
+        if live_canary == 0 and in_rollout:
+            phase = "RolledBack" if status.phase == "RollingBack" else "Idle"
+        elif not in_rollout and phase not in ("Promoted", "RolledBack"):
+            phase = "Idle"
+        new = status.model_copy(
+            update={
+                "phase": phase,
+                "step": "-" if phase in ("Idle", "Promoted", "RolledBack") else status.step,
+                "handled_action": handled,
+                "message": status.message if phase != "Idle" else "",
+                "failed_revision": status.failed_revision if status.failed_revision != stable else "",
+            }
+        )
+        reason = c.REASON_STEADY if phase in ("Idle", "Promoted") else c.REASON_ROLLING_BACK
+        if phase == "RolledBack":
+            reason = c.REASON_ROLLED_BACK
+        return RolloutDecision(
+            status=new,
+            stable=stable,
+            canary=canary if live_canary else None,
+            targets=targets,
+            canary_weight_percent=0 if live_canary else None,
+            events=tuple(events),
+            persist_first=new.phase != inp.status.phase,
+            progressing_reason=reason,
+        )
+
+    # 3. The desired revision failed before: stay on stable until the spec changes again.
+    if desired == status.failed_revision and status.phase in ("RolledBack", "RollingBack"):
+        return _rolling_back(inp, status, stable, desired, events)
+
+    # 4. Start or restart a rollout for the desired revision.
+    current_hash = steps_hash(steps)
+    if not in_rollout or status.revision != desired or (status.phase != "RollingBack" and status.steps_hash != current_hash):
+        previous = status.revision if in_rollout and status.revision not in ("", desired) else None
+        restarted = in_rollout and (previous is not None or status.steps_hash != current_hash)
+        reason = "RolloutRestarted" if restarted else "RolloutStarted"
+        message = f"rolling out {spec.stack.version} (revision {desired}) from stable {stable}"
+        events.append(Event(EVENT_NORMAL, reason, message))
+        status = _start(status, desired, steps, now, message).model_copy(
+            update={"handled_action": handled, "failed_revision": ""}
+        )
+        decision = _progressing(inp, status, stable, desired, events, extra_zero=previous)
+        return _with(decision, persist_first=True, progressing_reason=c.REASON_ROLLOUT_RESTARTED if restarted else c.REASON_ROLLOUT_IN_PROGRESS)
+
+    if status.phase == "RollingBack":
+        return _rolling_back(inp, status, stable, desired, events)
+
+    # 5. Promote requests skip the current step (or, with a "full-" prefix, every step).
+    promote = inp.promote_request and inp.promote_request != handled
+    if promote:
+        handled = inp.promote_request
+        full = inp.promote_request.startswith("full")
+        status = status.model_copy(update={"handled_action": handled})
+        if full:
+            events.append(Event(EVENT_WARNING, "RollForward", f"full promotion of {desired} requested: gates skipped"))
+            status = status.model_copy(update={"step_index": len(steps), "phase": "Progressing", "step_started_at": now})
+            return _promote(inp, status, stable, desired, events)
+        events.append(Event(EVENT_NORMAL, "PromoteRequested", f"step {status.step} ({_kind(steps[status.step_index])}) skipped by request"))
+        status = _advance(status, steps, now).model_copy(update={"phase": "Progressing"})
+        if status.step_index >= len(steps):
+            return _promote(inp, status, stable, desired, events)
+        return _with(_progressing(inp, status, stable, desired, events), persist_first=True)
+
+    # 6. Paused by the user (spec.rollout.paused) or by a failed gate with failureAction Pause.
+    if spec.rollout.paused:
+        if status.phase != "Paused":
+            events.append(Event(EVENT_NORMAL, "RolloutPaused", "rollout paused (spec.rollout.paused)"))
+            status = status.model_copy(update={"phase": "Paused", "message": "paused by user"})
+        return _with(_progressing(inp, status, stable, desired, events), persist_first=status.phase != inp.status.phase,
+                     progressing_reason=c.REASON_ROLLOUT_PAUSED)
+    if status.phase == "Paused":
+        if status.message.startswith("paused by user"):
+            events.append(Event(EVENT_NORMAL, "RolloutResumed", "rollout resumed"))
+            status = status.model_copy(update={"phase": "Progressing", "message": "", "step_started_at": now, "progress_at": now})
+        else:
+            return _with(_progressing(inp, status, stable, desired, events), progressing_reason=c.REASON_ROLLOUT_PAUSED)
+
+    # 7. Evaluate the current step.
+    index = status.step_index
+    if index >= len(steps):
+        return _promote(inp, status, stable, desired, events)
+    step = steps[index]
+    want_canary, _ = canary_target(steps, index, replicas)
+    started = status.step_started_at or now
+    done = False
+    failed_reason = ""
+    requeue: float | None = None
+    analysis_progress = status.analysis
+    gates = list(status.gates)
+    if step.set_weight is not None or step.set_canary_pairs is not None:
+        cc, sc = counts(desired), counts(stable)
+        done = cc.ready >= want_canary and sc.live <= replicas - want_canary
+        deadline = started + timedelta(seconds=parse_duration(spec.rollout.progress_deadline))
+        if not done and now >= deadline:
+            failed_reason = c.REASON_PROGRESS_DEADLINE
+        elif not done:
+            requeue = max(1.0, (deadline - now).total_seconds())
+    elif step.pause is not None:
+        if step.pause.duration is not None:
+            until = started + timedelta(seconds=parse_duration(step.pause.duration))
+            done = now >= until
+            requeue = None if done else max(1.0, (until - now).total_seconds())
+    elif step.analysis is not None:
+        result = inp.analysis
+        if result is not None:
+            analysis_progress = result.progress
+            gates = list(result.verdicts)
+            if result.outcome == "Passed":
+                done = True
+                events.append(Event(EVENT_NORMAL, "AnalysisPassed", f"step {status.step}: every gate passed {result.message}".strip()))
+            elif result.outcome == "Failed":
+                failed_reason = "GateFailed"
+            elif result.outcome == "NoDataDeadline":
+                if spec.rollout.analysis.on_no_data == "Rollback":
+                    failed_reason = "AnalysisNoData"
+                else:
+                    events.append(Event(EVENT_WARNING, "AnalysisNoData", f"step {status.step}: no data until the deadline; paused"))
+                    status = status.model_copy(update={"phase": "Paused", "message": "paused: analysis had no data until noDataDeadline"})
+            elif result.outcome == "Paused":
+                events.append(Event(EVENT_WARNING, "InvalidQuery", f"step {status.step}: {result.message}"))
+                status = status.model_copy(update={"phase": "Paused", "message": f"paused: {result.message}"[:1024]})
+        requeue = parse_duration(spec.rollout.analysis.interval)
+    status = status.model_copy(update={"analysis": analysis_progress, "gates": gates})
+
+    if failed_reason:
+        return _fail(inp, status, stable, desired, events, failed_reason)
+    if done:
+        status = _advance(status, steps, now)
+        events.append(Event(EVENT_NORMAL, "StepCompleted", f"step {index + 1}/{len(steps)} ({_kind(step)}) completed"))
+        if status.step_index >= len(steps):
+            return _promote(inp, status, stable, desired, events)
+        return _with(_progressing(inp, status, stable, desired, events), persist_first=True)
+    decision = _progressing(inp, status, stable, desired, events)
+    persist = status.phase != inp.status.phase or status.handled_action != inp.status.handled_action
+    return _with(decision, persist_first=persist, requeue_after=requeue,
+                 progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else c.REASON_ROLLOUT_IN_PROGRESS)
+
+
+def _with(decision: RolloutDecision, **changes: object) -> RolloutDecision:
+    from dataclasses import replace  # noqa: PLC0415 - local to keep the public surface small
+
+    return replace(decision, **changes)  # type: ignore[arg-type]
+
+
+def _progressing(
+    inp: RolloutInputs,
+    status: RolloutStatus,
+    stable: str,
+    desired: str,
+    events: list[Event],
+    extra_zero: str | None = None,
+) -> RolloutDecision:
+    steps = list(inp.spec.rollout.steps)
+    replicas = inp.spec.pairs.replicas
+    index = min(status.step_index, len(steps) - 1)
+    want, weight = canary_target(steps, index, replicas)
+    targets = {stable: replicas - want, desired: want}
+    if extra_zero and extra_zero not in targets:
+        targets[extra_zero] = 0
+    return RolloutDecision(
+        status=status,
+        stable=stable,
+        canary=desired,
+        targets=targets,
+        canary_weight_percent=weight,
+        events=tuple(events),
+        progressing_reason=c.REASON_ROLLOUT_IN_PROGRESS,
+        message=status.message,
+    )
+
+
+def _promote(inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event]) -> RolloutDecision:
+    replicas = inp.spec.pairs.replicas
+    events.append(Event(EVENT_NORMAL, "Promoted", f"{inp.spec.stack.version} (revision {desired}) promoted to stable"))
+    new = status.model_copy(
+        update={
+            "phase": "Promoted",
+            "step": "-",
+            "step_index": len(inp.spec.rollout.steps),
+            "message": f"promoted {inp.spec.stack.version}",
+            "analysis": AnalysisProgress(),
+            "gates": [],
+        }
+    )
+    return RolloutDecision(
+        status=new,
+        stable=desired,
+        canary=None,
+        targets={desired: replicas, stable: 0},
+        canary_weight_percent=None,
+        events=tuple(events),
+        persist_first=True,
+        progressing_reason=c.REASON_PROMOTED,
+    )
+
+
+def _fail(
+    inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event], reason: str
+) -> RolloutDecision:
+    spec = inp.spec
+    if spec.rollout.failure_action == "Pause" and reason != "AnalysisNoData":
+        events.append(Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}); rollout paused (failureAction Pause)"))
+        paused = status.model_copy(update={"phase": "Paused", "message": f"paused after {reason}"})
+        return _with(_progressing(inp, paused, stable, desired, events), persist_first=True,
+                     progressing_reason=c.REASON_ROLLOUT_PAUSED)
+    events.append(Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}): rolling back to stable {stable}"))
+    rolling = status.model_copy(
+        update={"phase": "RollingBack", "failed_revision": desired, "message": f"rolling back after {reason}"}
+    )
+    return _with(_rolling_back(inp, rolling, stable, desired, events), persist_first=True)
+
+
+def _rolling_back(
+    inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event]
+) -> RolloutDecision:
+    """Capacity-safe rollback: stable back to full Ready capacity, then traffic, then drain the canary."""
+    replicas = inp.spec.pairs.replicas
+    canary = status.revision or desired
+    stable_counts = inp.counts.get(stable, RevisionCounts())
+    canary_counts = inp.counts.get(canary, RevisionCounts())
+    floor_met = stable_counts.ready >= replicas
+    targets = {stable: replicas, canary: 0 if floor_met else canary_counts.live}
+    weight = 0 if floor_met else None
+    phase = status.phase
+    if floor_met and canary_counts.live == 0:
+        if phase != "RolledBack":
+            events.append(Event(EVENT_WARNING, "RolledBack", f"revision {canary} rolled back; stable {stable} serving"))
+        phase = "RolledBack"
+    new = status.model_copy(update={"phase": phase, "step": "-" if phase == "RolledBack" else status.step})
+    return RolloutDecision(
+        status=new,
+        stable=stable,
+        canary=canary if canary_counts.live else None,
+        targets=targets,
+        canary_weight_percent=weight,
+        events=tuple(events),
+        persist_first=new.phase != inp.status.phase,
+        progressing_reason=c.REASON_ROLLED_BACK if phase == "RolledBack" else c.REASON_ROLLING_BACK,
+        message=new.message,
+    )

@@ -1,0 +1,289 @@
+"""`tandem run`: the operator process (kopf), its settings, wake-ups, liveness and metrics.
+
+What it owns: kopf wiring only. Handlers are thin: events on pools, their pods and ConfigMaps, and
+nodes *wake* a pool's reconcile; one kopf daemon per pool runs the level-based loop
+(`tandem.reconcile.pool.reconcile_pool`) one pass at a time, sleeping until woken or until the pass's
+requeue time. Handlers return None (kopf would write return values into status, which the strict
+schema prunes), never branch on kopf's diff, and kopf persistence uses our own names (testing.md §7):
+finalizer `tandem.dev/finalizer`, annotations under `tandem.dev`.
+
+Configuration comes from `tandem run` flags, or for in-process runners (kopf's KopfRunner) from the
+environment: TANDEM_NAMESPACES (comma list), TANDEM_PROMETHEUS_URL, TANDEM_PROMETHEUS_AUTH_DIR,
+KUBECONFIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+
+from tandem import GROUP, VERSION
+from tandem.adapters.kube import WRITES, RealKube, load_config
+from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_POOL
+from tandem.reconcile.pool import PassResult, reconcile_pool
+
+log = logging.getLogger("tandem.operator")
+
+RECONCILE_SECONDS = Histogram(
+    "tandem_reconcile_duration_seconds", "Duration of one reconcile pass", ["kind"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+)
+RECONCILE_TOTAL = Counter("tandem_reconcile_total", "Reconcile passes by result", ["kind", "result"])
+DECISIONS = Counter("tandem_decisions_total", "Decisions (Events) by reason", ["kind", "reason"])
+PAIRS_DESIRED = Gauge("tandem_pool_pairs_desired", "Desired pair groups", ["namespace", "pool"])
+PAIRS_READY = Gauge("tandem_pool_pairs_ready", "Ready pair groups", ["namespace", "pool"])
+CONDITION = Gauge("tandem_pool_condition", "Pool conditions (1 for the current status)", ["namespace", "pool", "type", "status"])
+ROLLOUT_STEP = Gauge("tandem_rollout_step", "Current rollout step index", ["namespace", "pool"])
+LAST_PASS = Gauge("tandem_last_reconcile_timestamp_seconds", "Unix time of the last finished reconcile pass")
+
+
+class _WritesCollector:
+    """Exposes the adapter's write counter (verb, resource) as tandem_api_writes_total."""
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily("tandem_api_writes", "API writes by verb and resource", labels=["verb", "resource"])
+        for (verb, resource), value in sorted(WRITES.items()):
+            family.add_metric([verb, resource], value)
+        yield family
+
+
+with contextlib.suppress(ValueError):
+    REGISTRY.register(_WritesCollector())
+
+
+@dataclass
+class OperatorConfig:
+    namespaces: list[str] = field(default_factory=list)
+    prometheus_url: str = ""
+    prometheus_auth_dir: str = ""
+    kubeconfig: str | None = None
+
+    @classmethod
+    def from_env(cls) -> OperatorConfig:
+        namespaces = [n for n in os.environ.get("TANDEM_NAMESPACES", "").split(",") if n]
+        return cls(
+            namespaces=namespaces,
+            prometheus_url=os.environ.get("TANDEM_PROMETHEUS_URL", ""),
+            prometheus_auth_dir=os.environ.get("TANDEM_PROMETHEUS_AUTH_DIR", ""),
+            kubeconfig=os.environ.get("KUBECONFIG") or None,
+        )
+
+
+class Wakeups:
+    """One asyncio.Event per pool: watch events set it, the pool's daemon waits on it."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        self.last_watch_event = time.monotonic()
+
+    def event(self, namespace: str, name: str) -> asyncio.Event:
+        return self._events[(namespace, name)]
+
+    def wake(self, namespace: str, name: str) -> None:
+        self.last_watch_event = time.monotonic()
+        self._events[(namespace, name)].set()
+
+    def wake_all(self) -> None:
+        self.last_watch_event = time.monotonic()
+        for event in self._events.values():
+            event.set()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._events.pop((namespace, name), None)
+
+
+@dataclass
+class Runtime:
+    config: OperatorConfig
+    kube: RealKube | None = None
+    wakeups: Wakeups = field(default_factory=Wakeups)
+    last_pass: float = field(default_factory=time.monotonic)
+
+
+RUNTIME = Runtime(OperatorConfig.from_env())
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf settings from testing.md §7, and the Kubernetes client."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 310
+    settings.watching.connect_timeout = 30
+    settings.watching.reconnect_backoff = 2
+    settings.watching.inactivity_timeout = 70
+    settings.watching.label_selectors["v1", "pods"] = LABEL_COMPONENT
+    settings.watching.label_selectors["v1", "configmaps"] = LABEL_POOL
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    settings.networking.error_backoffs = [1, 2, 4, 8, 16, 30]
+    settings.execution.default_backoff = 15  # type: ignore[attr-defined]
+    settings.queueing.worker_limit = 32
+    settings.posting.level = logging.WARNING
+    settings.scanning.disabled = True
+    settings.peering.standalone = True
+    RUNTIME.config = OperatorConfig.from_env() if not RUNTIME.config.namespaces else RUNTIME.config
+    RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig))
+    RUNTIME.wakeups = Wakeups()
+    log.info("tandem operator starting; namespaces=%s", ",".join(RUNTIME.config.namespaces) or "(cluster-wide)")
+
+
+@kopf.on.cleanup()
+async def shutdown(**_: Any) -> None:
+    if RUNTIME.kube is not None:
+        await asyncio.to_thread(RUNTIME.kube.api_client.close)
+
+
+@kopf.on.probe(id="lastReconcileAgeSeconds")
+def probe_reconcile(**_: Any) -> float:
+    return round(time.monotonic() - RUNTIME.last_pass, 1)
+
+
+@kopf.on.probe(id="lastWatchEventAgeSeconds")
+def probe_watch(**_: Any) -> float:
+    return round(time.monotonic() - RUNTIME.wakeups.last_watch_event, 1)
+
+
+@kopf.on.event(GROUP, VERSION, "inferencepools")
+def on_pool_event(name: str, namespace: str, type: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
+    RUNTIME.wakeups.wake(namespace, name)
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_COMPONENT: COMPONENT_ENGINE})
+def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+    pool = labels.get(LABEL_POOL)
+    if pool:
+        RUNTIME.wakeups.wake(namespace, pool)
+    else:
+        RUNTIME.wakeups.wake_all()
+
+
+@kopf.on.event("v1", "configmaps", labels={LABEL_POOL: kopf.PRESENT})
+def on_configmap_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+    RUNTIME.wakeups.wake(namespace, labels[LABEL_POOL])
+
+
+@kopf.on.event("v1", "nodes")
+def on_node_event(type: str | None, **_: Any) -> None:  # noqa: A002
+    # Node status heartbeats arrive constantly; only membership changes matter to placement. Other
+    # changes (allocatable, labels, cordon) are picked up by the next pass of each pool anyway.
+    if type in ("ADDED", "DELETED"):
+        RUNTIME.wakeups.wake_all()
+
+
+def _record(namespace: str, name: str, result: PassResult) -> None:
+    RUNTIME.last_pass = time.monotonic()
+    LAST_PASS.set(time.time())
+    RECONCILE_SECONDS.labels("InferencePool").observe(result.duration)
+    RECONCILE_TOTAL.labels("InferencePool", "error" if result.error else "ok").inc()
+    for event in result.events:
+        DECISIONS.labels("InferencePool", event.reason).inc()
+    plan = result.plan
+    if plan is not None:
+        status = plan.status
+        PAIRS_DESIRED.labels(namespace, name).set(status.pairs.desired)
+        PAIRS_READY.labels(namespace, name).set(status.pairs.ready)
+        ROLLOUT_STEP.labels(namespace, name).set(status.rollout.step_index)
+        for cond in status.conditions:
+            for value in ("True", "False", "Unknown"):
+                CONDITION.labels(namespace, name, cond.type, value).set(1 if cond.status == value else 0)
+
+
+@kopf.daemon(GROUP, VERSION, "inferencepools", cancellation_timeout=10.0, id="reconcile")
+async def pool_daemon(name: str, namespace: str, stopped: Any, **_: Any) -> None:
+    """The level-based loop of one pool: reconcile, then sleep until woken or requeued."""
+    assert RUNTIME.kube is not None
+    wake = RUNTIME.wakeups.event(namespace, name)
+    failures = 0
+    while not stopped:
+        wake.clear()
+        try:
+            result = await reconcile_pool(RUNTIME.kube, namespace, name)
+            failures = 0 if not result.error else failures + 1
+        except Exception:  # a bug in one pool must not take down the others (OP-06)
+            log.exception("reconcile of %s/%s failed", namespace, name)
+            failures += 1
+            result = PassResult(requeue_after=min(60.0, 10.0 * failures), error="exception")
+        _record(namespace, name, result)
+        if result.error:
+            log.warning("pool %s/%s: %s (retry in %.0fs)", namespace, name, result.error, result.requeue_after or 0)
+        delay = result.requeue_after if result.requeue_after is not None else 300.0
+        if failures:
+            delay = max(delay, min(60.0, 10.0 * failures))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=delay)
+        if failures:
+            # Even when woken, a failing pool retries no faster than its backoff (≤ 6 passes/min).
+            await asyncio.sleep(min(10.0, 10.0 * failures))
+    RUNTIME.wakeups.forget(namespace, name)
+
+
+# --- tandem run ------------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser("run", help="run the operator (kopf) against the current cluster")
+    run.add_argument("--namespace", action="append", default=[], help="namespace to serve (repeatable)")
+    run.add_argument("--all-namespaces", action="store_true", help="serve every namespace (not recommended)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    run.add_argument("--liveness-port", type=int, default=8080, help="port of /healthz (0 disables)")
+    run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
+    run.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")  # noqa: S104
+    run.add_argument("--prometheus-url", default=os.environ.get("TANDEM_PROMETHEUS_URL", ""), help="default Prometheus")
+    run.add_argument("--prometheus-auth-dir", default="", help="directory with token or username/password, ca.crt")
+    run.add_argument("--log-format", choices=["text", "json"], default="text")
+    run.add_argument("--log-level", default="INFO")
+    run.set_defaults(func=run_operator)
+
+
+def _configure_logging(fmt: str, level: str) -> None:
+    if fmt == "json":
+        logging.basicConfig(
+            level=level,
+            format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}',
+        )
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call otherwise
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    if not args.namespace and not args.all_namespaces:
+        env = [n for n in os.environ.get("TANDEM_NAMESPACES", "").split(",") if n]
+        if not env:
+            print("tandem run: give --namespace (repeatable) or --all-namespaces", flush=True)
+            return 2
+        args.namespace = env
+    _configure_logging(args.log_format, args.log_level)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    RUNTIME.config = OperatorConfig(
+        namespaces=list(args.namespace),
+        prometheus_url=args.prometheus_url,
+        prometheus_auth_dir=args.prometheus_auth_dir,
+        kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG"),
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
+    kopf.run(
+        standalone=True,
+        namespaces=list(args.namespace),
+        clusterwide=bool(args.all_namespaces),
+        liveness_endpoint=liveness,
+    )
+    return 0

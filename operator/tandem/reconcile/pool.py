@@ -1,0 +1,328 @@
+"""One reconcile pass of one InferencePool: observe → plan → act → report.
+
+What it owns: the glue between the Kubernetes adapter, the pure planner and the builders. It makes no
+decisions of its own: every choice is in `tandem.core.plan`; this module fetches, applies in a safe
+order and reports.
+
+The steps (numbered as in the code):
+1. observe: the pool, its pods, other engine pods in the namespace (GPU usage), nodes, the published
+   routing table, revision snapshots, the referenced MooncakeCache → one `Snapshot`.
+2. plan: `plan_pool(snapshot)` (pure).
+3. act, capacity-safe order: persist a changed rollout step first (resourceVersion-guarded, so two
+   writers never both advance a step); write missing revision snapshots; delete, then create pods;
+   publish the routing table and the Service only when they differ from what is there.
+4. report: write status only when it differs; post the plan's Events.
+
+A pass that finds nothing to change performs zero writes (INV-8). API errors end the pass with a
+condition instead of a crash: 403 quota → `QuotaExceeded` with a long backoff, 422/admission denial →
+`AdmissionBlocked`, 429/5xx → backoff honouring Retry-After, 404 on the pool → nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from tandem.adapters.kube import Conflict, Forbidden, Invalid, KubeApi, KubeError, NotFound, Throttled
+from tandem.api.labels import (
+    COMPONENT_ENGINE,
+    COMPONENT_REVISION,
+    LABEL_COMPONENT,
+    LABEL_POOL,
+    LABEL_REVISION,
+    routing_configmap_name,
+    service_name,
+)
+from tandem.api.pool_status import InferencePoolStatus
+from tandem.api.resources import InferencePool
+from tandem.api.revision import CacheWiring, RevisionSpec
+from tandem.builders.objects import (
+    ANNOTATION_FINGERPRINT,
+    build_event,
+    build_revision_configmap,
+    build_routing_configmap,
+    build_service,
+    parse_revision_configmap,
+)
+from tandem.builders.pods import InstanceParams, build_instance_pod
+from tandem.core import conditions as c
+from tandem.core.cachewiring import wiring_from_cache
+from tandem.core.observed import ObservedPod, Snapshot, parse_node, parse_pod
+from tandem.core.plan import Plan, plan_pool
+from tandem.core.rollout import EVENT_WARNING, Event
+from tandem.routing.table import CONFIGMAP_KEY, RoutingTable
+
+log = logging.getLogger("tandem.reconcile")
+
+PLURAL = "inferencepools"
+QUOTA_BACKOFF = 30.0
+ERROR_BACKOFF = 15.0
+
+
+def utcnow() -> datetime:
+    """The operator's clock: UTC, whole seconds (status timestamps stay stable and readable)."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass
+class PassResult:
+    """What one pass did: for metrics, logs and tests."""
+
+    requeue_after: float | None
+    writes: int = 0
+    plan: Plan | None = None
+    error: str = ""
+    duration: float = 0.0
+    events: list[Event] = field(default_factory=list)
+
+
+async def observe(kube: KubeApi, namespace: str, name: str, now: datetime) -> tuple[Snapshot, dict[str, Any]] | None:
+    """Step 1: one snapshot of everything the planner needs (None when the pool is gone)."""
+    raw = await kube.get_custom(PLURAL, namespace, name)
+    if raw is None:
+        return None
+    pool = InferencePool.model_validate(raw)
+    resource = pool.spec.placement.gpu_resource
+    engine_pods = await kube.list_pods(namespace, f"{LABEL_COMPONENT}={COMPONENT_ENGINE}")
+    own: list[ObservedPod] = []
+    others: list[ObservedPod] = []
+    for obj in engine_pods:
+        pod = parse_pod(obj, resource)
+        (own if pod.pool == name else others).append(pod)
+    nodes = [parse_node(n) for n in await kube.list_nodes()]
+    routing = None
+    cm = await kube.get_configmap(namespace, routing_configmap_name(name))
+    if cm is not None:
+        try:
+            routing = RoutingTable.from_json((cm.get("data") or {}).get(CONFIGMAP_KEY, ""))
+        except ValidationError:
+            log.warning("routing table of %s/%s is not valid; rebuilding it", namespace, name)
+    revisions: dict[str, RevisionSpec] = {}
+    for item in await kube.list_configmaps(namespace, f"{LABEL_POOL}={name},{LABEL_COMPONENT}={COMPONENT_REVISION}"):
+        rev = ((item.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+        if rev:
+            try:
+                revisions[rev] = parse_revision_configmap(item.get("data") or {})
+            except (ValidationError, KeyError, ValueError):
+                log.warning("revision snapshot %s of %s/%s is not valid", rev, namespace, name)
+    cache, problem = await observe_cache(kube, pool)
+    snapshot = Snapshot(
+        pool=pool,
+        pods=tuple(own),
+        nodes=tuple(nodes),
+        now=now,
+        other_pods=tuple(others),
+        routing=routing,
+        revisions=revisions,
+        cache=cache,
+        cache_problem=problem,
+    )
+    return snapshot, raw
+
+
+async def observe_cache(kube: KubeApi, pool: InferencePool) -> tuple[CacheWiring | None, str | None]:
+    """The pool's MooncakeCache wiring (from the cache's status) and, if any, why it is degraded."""
+    ref = pool.spec.kv_cache.mooncake_ref
+    if ref is None:
+        return None, None
+    raw = await kube.get_custom("mooncakecaches", pool.metadata.namespace, ref.name)
+    if raw is None:
+        return None, f"MooncakeCache {ref.name} not found"
+    return wiring_from_cache(raw)
+
+
+async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan) -> int:
+    """Step 3: apply the plan in capacity-safe order; returns the number of writes."""
+    pool = snapshot.pool
+    ns, name, uid = pool.metadata.namespace, pool.metadata.name, pool.metadata.uid
+    writes = 0
+    if plan.rollout_first is not None:
+        body = dict(raw)
+        status = dict(raw.get("status") or {})
+        status["rollout"] = plan.rollout_first.wire()
+        body["status"] = status
+        result = await kube.replace_status(PLURAL, ns, body)
+        raw["metadata"] = result.get("metadata", raw["metadata"])
+        raw["status"] = result.get("status", status)
+        writes += 1
+    for rev in plan.snapshots:
+        try:
+            await kube.create(build_revision_configmap(name, ns, uid, rev, plan.revisions[rev]))
+        except Conflict:
+            pass
+        writes += 1
+    for delete in plan.deletes:
+        await kube.delete_pod(ns, delete.name, delete.uid)
+        writes += 1
+    cache_name = pool.spec.kv_cache.mooncake_ref.name if pool.spec.kv_cache.mooncake_ref else None
+    for create in plan.creates:
+        spec = plan.revisions.get(create.revision) or snapshot.revisions.get(create.revision)
+        if spec is None:
+            continue
+        body = build_instance_pod(
+            InstanceParams(
+                pool=name,
+                namespace=ns,
+                pool_uid=uid,
+                pair=create.pair,
+                role=create.role,
+                instance=create.instance,
+                revision=create.revision,
+                spec=spec,
+                node=create.node,
+                cache_name=cache_name,
+            )
+        )
+        try:
+            await kube.create(body)
+        except Conflict:
+            log.info("pod %s already exists: adopting it", body["metadata"]["name"])
+        writes += 1
+    cm = await kube.get_configmap(ns, routing_configmap_name(name))
+    published = ((cm or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION_FINGERPRINT)
+    desired_cm = build_routing_configmap(plan.routing, uid)
+    if cm is None or published != plan.routing.fingerprint() or (cm.get("data") or {}) != desired_cm["data"]:
+        await kube.apply(desired_cm)
+        writes += 1
+    service = await kube.get_service(ns, service_name(name))
+    desired_svc = build_service(name, ns, uid)
+    if service is None or not _service_matches(service, desired_svc):
+        await kube.apply(desired_svc)
+        writes += 1
+    return writes
+
+
+def _service_matches(observed: dict[str, Any], desired: dict[str, Any]) -> bool:
+    spec = observed.get("spec") or {}
+    want = desired["spec"]
+    labels = (observed.get("metadata") or {}).get("labels") or {}
+    ports = [{k: p.get(k) for k in ("name", "port", "targetPort", "protocol")} for p in spec.get("ports") or []]
+    return (
+        spec.get("selector") == want["selector"]
+        and ports == want["ports"]
+        and spec.get("clusterIP") == "None"
+        and all(labels.get(k) == v for k, v in desired["metadata"]["labels"].items())
+    )
+
+
+async def report(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan, status: InferencePoolStatus) -> int:
+    """Step 4: Events (the decisions already acted on), then status when it changed. Returns writes."""
+    writes = 0
+    for event in plan.events:
+        await post_event(kube, snapshot.pool, event, snapshot.now)
+        writes += 1
+    old = raw.get("status")
+    try:
+        unchanged = old is not None and InferencePoolStatus.model_validate(old).wire() == status.wire()
+    except ValidationError:
+        unchanged = False
+    if not unchanged:
+        body = dict(raw)
+        body["status"] = status.wire()
+        await kube.replace_status(PLURAL, snapshot.pool.metadata.namespace, body)
+        writes += 1
+    return writes
+
+
+async def post_event(kube: KubeApi, pool: InferencePool, event: Event, now: datetime) -> None:
+    try:
+        await kube.create(
+            build_event(
+                kind="InferencePool",
+                name=pool.metadata.name,
+                namespace=pool.metadata.namespace,
+                uid=pool.metadata.uid,
+                type_=event.type,
+                reason=event.reason,
+                message=event.message,
+                now=now,
+            )
+        )
+    except KubeError as exc:  # an Event is never worth failing a pass for
+        log.warning("could not post event %s: %s", event.reason, exc)
+
+
+async def reconcile_pool(
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    clock: Callable[[], datetime] = utcnow,
+) -> PassResult:
+    """One full pass; never raises for API errors (they become a condition and a backoff)."""
+    started = time.monotonic()
+    now = clock()
+    try:
+        observed = await observe(kube, namespace, name, now)  # 1. observe
+        if observed is None:
+            return PassResult(requeue_after=None, duration=time.monotonic() - started)
+        snapshot, raw = observed
+        if snapshot.pool.metadata.deletionTimestamp is not None:
+            return PassResult(requeue_after=None, duration=time.monotonic() - started)
+        plan = plan_pool(snapshot)  # 2. plan (pure)
+    except NotFound:
+        return PassResult(requeue_after=None, duration=time.monotonic() - started)
+    except KubeError as exc:
+        return PassResult(requeue_after=_backoff(exc), error=str(exc), duration=time.monotonic() - started)
+    writes = 0
+    status = plan.status
+    try:
+        writes += await act(kube, snapshot, raw, plan)  # 3. act
+    except Conflict as exc:
+        return PassResult(requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+    except NotFound:
+        return PassResult(requeue_after=None, writes=writes, plan=plan, duration=time.monotonic() - started)
+    except KubeError as exc:
+        reason, backoff = _classify(exc)
+        status = status.model_copy(
+            update={
+                "conditions": c.set_condition(
+                    status.conditions, c.CONDITION_DEGRADED, "True", reason, str(exc)[:1000], now, snapshot.pool.metadata.generation
+                )
+            }
+        )
+        plan = Plan(
+            rollout_first=None,
+            snapshots=(),
+            creates=(),
+            deletes=(),
+            routing=plan.routing,
+            status=status,
+            events=(*plan.events, Event(EVENT_WARNING, reason, str(exc)[:1000])),
+            requeue_after=backoff,
+        )
+        try:
+            writes += await report(kube, snapshot, raw, plan, status)
+        except KubeError as exc2:
+            log.warning("status write failed for %s/%s: %s", namespace, name, exc2)
+        return PassResult(requeue_after=backoff, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+    try:
+        writes += await report(kube, snapshot, raw, plan, status)  # 4. report
+    except Conflict as exc:
+        return PassResult(requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+    except KubeError as exc:
+        return PassResult(requeue_after=_backoff(exc), writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+    return PassResult(
+        requeue_after=plan.requeue_after, writes=writes, plan=plan, events=list(plan.events), duration=time.monotonic() - started
+    )
+
+
+def _classify(exc: KubeError) -> tuple[str, float]:
+    if isinstance(exc, Forbidden) and exc.quota:
+        return c.REASON_QUOTA_EXCEEDED, QUOTA_BACKOFF
+    if isinstance(exc, Forbidden):
+        return c.REASON_API_ERROR, QUOTA_BACKOFF
+    if isinstance(exc, Invalid) or "admission webhook" in exc.message or "denied" in exc.message:
+        return c.REASON_ADMISSION_BLOCKED, QUOTA_BACKOFF
+    return c.REASON_API_ERROR, _backoff(exc)
+
+
+def _backoff(exc: KubeError) -> float:
+    if isinstance(exc, Throttled) and exc.retry_after:
+        return max(1.0, exc.retry_after)
+    return ERROR_BACKOFF
