@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +37,18 @@ from tandem.reconcile.pool import PassResult, reconcile_pool
 log = logging.getLogger("tandem.operator")
 
 RECONCILE_SECONDS = Histogram(
-    "tandem_reconcile_duration_seconds", "Duration of one reconcile pass", ["kind"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+    "tandem_reconcile_duration_seconds",
+    "Duration of one reconcile pass",
+    ["kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 RECONCILE_TOTAL = Counter("tandem_reconcile_total", "Reconcile passes by result", ["kind", "result"])
 DECISIONS = Counter("tandem_decisions_total", "Decisions (Events) by reason", ["kind", "reason"])
 PAIRS_DESIRED = Gauge("tandem_pool_pairs_desired", "Desired pair groups", ["namespace", "pool"])
 PAIRS_READY = Gauge("tandem_pool_pairs_ready", "Ready pair groups", ["namespace", "pool"])
-CONDITION = Gauge("tandem_pool_condition", "Pool conditions (1 for the current status)", ["namespace", "pool", "type", "status"])
+CONDITION = Gauge(
+    "tandem_pool_condition", "Pool conditions (1 for the current status)", ["namespace", "pool", "type", "status"]
+)
 ROLLOUT_STEP = Gauge("tandem_rollout_step", "Current rollout step index", ["namespace", "pool"])
 LAST_PASS = Gauge("tandem_last_reconcile_timestamp_seconds", "Unix time of the last finished reconcile pass")
 
@@ -51,7 +57,9 @@ class _WritesCollector:
     """Exposes the adapter's write counter (verb, resource) as tandem_api_writes_total."""
 
     def collect(self) -> Any:
-        family = CounterMetricFamily("tandem_api_writes", "API writes by verb and resource", labels=["verb", "resource"])
+        family = CounterMetricFamily(
+            "tandem_api_writes", "API writes by verb and resource", labels=["verb", "resource"]
+        )
         for (verb, resource), value in sorted(WRITES.items()):
             family.add_metric([verb, resource], value)
         yield family
@@ -118,7 +126,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """kopf settings from testing.md §7, and the Kubernetes client."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 310
     settings.watching.connect_timeout = 30
@@ -129,7 +139,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
     settings.networking.error_backoffs = [1, 2, 4, 8, 16, 30]
-    settings.execution.default_backoff = 15  # type: ignore[attr-defined]
+    settings.execution.default_backoff = 15
     settings.queueing.worker_limit = 32
     settings.posting.level = logging.WARNING
     settings.scanning.disabled = True
@@ -138,6 +148,20 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig))
     RUNTIME.wakeups = Wakeups()
     log.info("tandem operator starting; namespaces=%s", ",".join(RUNTIME.config.namespaces) or "(cluster-wide)")
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> Any:
+    """Credentials for kopf's own watches: the configured kubeconfig, else the pod's ServiceAccount.
+
+    kopf's default handler goes through the kubernetes client, which fixes its kubeconfig location
+    when imported, before `--kubeconfig` is known; reading the file here avoids that trap.
+    """
+    path = RUNTIME.config.kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        os.environ["KUBECONFIG"] = path
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.login_with_service_account(**kwargs)
 
 
 @kopf.on.cleanup()
@@ -157,26 +181,26 @@ def probe_watch(**_: Any) -> float:
 
 
 @kopf.on.event(GROUP, VERSION, "inferencepools")
-def on_pool_event(name: str, namespace: str, type: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
-    RUNTIME.wakeups.wake(namespace, name)
+def on_pool_event(name: str, namespace: str | None, **_: Any) -> None:
+    RUNTIME.wakeups.wake(namespace or "", name)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_COMPONENT: COMPONENT_ENGINE})
-def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+def on_pod_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     pool = labels.get(LABEL_POOL)
     if pool:
-        RUNTIME.wakeups.wake(namespace, pool)
+        RUNTIME.wakeups.wake(namespace or "", pool)
     else:
         RUNTIME.wakeups.wake_all()
 
 
 @kopf.on.event("v1", "configmaps", labels={LABEL_POOL: kopf.PRESENT})
-def on_configmap_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
-    RUNTIME.wakeups.wake(namespace, labels[LABEL_POOL])
+def on_configmap_event(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    RUNTIME.wakeups.wake(namespace or "", labels[LABEL_POOL])
 
 
 @kopf.on.event("v1", "nodes")
-def on_node_event(type: str | None, **_: Any) -> None:  # noqa: A002
+def on_node_event(type: str, **_: Any) -> None:
     # Node status heartbeats arrive constantly; only membership changes matter to placement. Other
     # changes (allocatable, labels, cordon) are picked up by the next pass of each pool anyway.
     if type in ("ADDED", "DELETED"):
@@ -202,9 +226,10 @@ def _record(namespace: str, name: str, result: PassResult) -> None:
 
 
 @kopf.daemon(GROUP, VERSION, "inferencepools", cancellation_timeout=10.0, id="reconcile")
-async def pool_daemon(name: str, namespace: str, stopped: Any, **_: Any) -> None:
+async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The level-based loop of one pool: reconcile, then sleep until woken or requeued."""
     assert RUNTIME.kube is not None
+    namespace = namespace or ""
     wake = RUNTIME.wakeups.event(namespace, name)
     failures = 0
     while not stopped:
@@ -240,7 +265,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     run.add_argument("--liveness-port", type=int, default=8080, help="port of /healthz (0 disables)")
     run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
-    run.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")  # noqa: S104
+    run.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
     run.add_argument("--prometheus-url", default=os.environ.get("TANDEM_PROMETHEUS_URL", ""), help="default Prometheus")
     run.add_argument("--prometheus-auth-dir", default="", help="directory with token or username/password, ca.crt")
     run.add_argument("--log-format", choices=["text", "json"], default="text")

@@ -123,6 +123,7 @@ class World:
     _age: dict[str, int] = field(default_factory=dict)
     routing: Any = None
     revisions: dict[str, Any] = field(default_factory=dict)
+    never_ready: set[str] = field(default_factory=set)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -144,7 +145,12 @@ class World:
         self._schedule()
         for name, pod in list(self.pods.items()):
             self._age[name] = self._age.get(name, 0) + 1
-            if pod.node and not pod.ready and self._age[name] >= self.ready_delay_ticks:
+            if (
+                pod.node
+                and not pod.ready
+                and self._age[name] >= self.ready_delay_ticks
+                and pod.revision not in self.never_ready
+            ):
                 self.pods[name] = replace(pod, ready=True, phase="Running", pod_ip=f"10.0.0.{len(self.pods)}")
         plan = plan_pool(self.snapshot())
         self.apply(plan)
@@ -159,7 +165,9 @@ class World:
         for name, pod in sorted(self.pods.items()):
             if pod.node is not None or pod.deleting:
                 continue
-            partners = [p.node for p in self.pods.values() if p.labels.get(LABEL_PAIR) == pod.labels.get(LABEL_PAIR) and p.node]
+            partners = [
+                p.node for p in self.pods.values() if p.labels.get(LABEL_PAIR) == pod.labels.get(LABEL_PAIR) and p.node
+            ]
             options = [n for n in partners if free.get(n, 0) >= pod.gpus] or (
                 [] if partners else [n for n in sorted(free) if free[n] >= pod.gpus]
             )
@@ -210,6 +218,17 @@ class World:
         new = builder.obj()
         meta = self.pool.metadata.model_copy(update={"generation": self.pool.metadata.generation + 1})
         self.pool = self.pool.model_copy(update={"spec": new.spec, "metadata": meta})
+
+    def delete_pod(self, name: str) -> None:
+        """Someone (a user, an eviction, a node loss) deleted a pod."""
+        del self.pods[name]
+
+    def remove_node(self, name: str) -> None:
+        """A node is gone; the pod GC removes its pods."""
+        self.nodes = [n for n in self.nodes if n.name != name]
+        for pod_name_, pod in list(self.pods.items()):
+            if pod.node == name:
+                del self.pods[pod_name_]
 
     def ready_pairs(self) -> int:
         return self.pool.status.pairs.ready if self.pool.status else 0

@@ -81,7 +81,14 @@ def _wrap(exc: ApiException) -> KubeError:
             retry = float(headers["Retry-After"])
         except ValueError:
             retry = None
-    kinds: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid, 400: Invalid, 429: Throttled}
+    kinds: dict[int, type[KubeError]] = {
+        404: NotFound,
+        409: Conflict,
+        403: Forbidden,
+        422: Invalid,
+        400: Invalid,
+        429: Throttled,
+    }
     kind = kinds.get(status, ServerError if status >= 500 or status == 0 else KubeError)
     return kind(status, reason, message, retry)
 
@@ -126,9 +133,9 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
     """A client from a kubeconfig (explicit path, $KUBECONFIG, ~/.kube/config) or in-cluster credentials."""
     configuration = client.Configuration()
     try:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except (config.ConfigException, FileNotFoundError, TypeError):
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.retries = 0
     return client.ApiClient(configuration)
 
@@ -221,7 +228,9 @@ class RealKube:
         WRITES[("apply", kind)] += 1
         kwargs = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
         if kind == "ConfigMap":
-            result: dict[str, Any] = await self._call(self.core.patch_namespaced_config_map, name, namespace, dict(body), **kwargs)
+            result: dict[str, Any] = await self._call(
+                self.core.patch_namespaced_config_map, name, namespace, dict(body), **kwargs
+            )
         elif kind == "Service":
             result = await self._call(self.core.patch_namespaced_service, name, namespace, dict(body), **kwargs)
         elif kind == "Pod":

@@ -182,14 +182,18 @@ def _affinity(params: InstanceParams) -> dict[str, Any]:
     if params.node is not None:
         terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": [params.node]})
     if spec.placement.gpu_product is not None:
-        terms.append({"key": "amd.com/gpu.device-id", "operator": "In", "values": [DEVICE_IDS[spec.placement.gpu_product]]})
+        terms.append(
+            {"key": "amd.com/gpu.device-id", "operator": "In", "values": [DEVICE_IDS[spec.placement.gpu_product]]}
+        )
     affinity: dict[str, Any] = {}
     if terms:
         affinity["nodeAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
         }
     if params.node is None and spec.placement.pair_colocation != "None":
-        key = LABEL_HOSTNAME if spec.placement.pair_colocation == "SameNodeWhenFits" else spec.placement.pair_topology_key
+        key = (
+            LABEL_HOSTNAME if spec.placement.pair_colocation == "SameNodeWhenFits" else spec.placement.pair_topology_key
+        )
         affinity["podAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {

@@ -66,7 +66,7 @@ class ObservedPod:
     @property
     def role(self) -> Role | None:
         role = self.labels.get(LABEL_ROLE)
-        return role if role in ROLES else None  # type: ignore[return-value]
+        return role if role in ROLES else None
 
     @property
     def instance(self) -> int | None:
@@ -100,7 +100,6 @@ class ObservedNode:
 
     def gpus(self, resource: str) -> int:
         return self.allocatable.get(resource, 0)
-
 
 
 @dataclass(frozen=True)
@@ -184,7 +183,9 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = "amd.com/gpu") -> Obse
         deleting=meta.get("deletionTimestamp") is not None,
         created=parse_time(meta.get("creationTimestamp")),
         pod_ip=status.get("podIP") or None,
-        unschedulable=bool(scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"),
+        unschedulable=bool(
+            scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+        ),
         crash_looping=crash,
         restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
         gpus=_gpu_request(obj, gpu_resource),

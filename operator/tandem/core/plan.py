@@ -67,6 +67,7 @@ from tandem.routing.table import (
     Endpoint,
     HashSpec,
     HeaderMatch,
+    ImagesMatch,
     Match,
     Pair,
     PairState,
@@ -170,8 +171,9 @@ def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Pla
     # 5. routing table
     table = build_table(snapshot, actions.final_pairs(), decision, now)
 
-    # 6. status
+    # 6. status, and an Event whenever Ready or Degraded flips (never one per pass)
     status = summarize(snapshot, actions, decision, table, revisions, generation)
+    events.extend(transition_events(old_status, status))
     requeue = actions.requeue_after(decision)
     missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in snapshot.revisions))
     return Plan(
@@ -214,6 +216,7 @@ class _PairActions:
         self.deleted_pairs: set[int] = set()
         self.new_pairs: dict[int, str] = {}
         self.insufficient_gpu = 0
+        self.waiting_for_drain = False
         self.missing_snapshot: set[str] = set()
         self.recreated: set[str] = set()
         self.drain_timeout = parse_duration(spec.pairs.drain_timeout)
@@ -258,7 +261,11 @@ class _PairActions:
             stuck = self._stuck_since(pair)
             if stuck is not None and self.now >= stuck + timedelta(seconds=self.orphan_timeout):
                 self.events.append(
-                    Event(EVENT_WARNING, c.REASON_PAIR_INCOMPLETE, f"pair {pair.id} incomplete for {self.spec.pairs.orphan_timeout}: replacing it")
+                    Event(
+                        EVENT_WARNING,
+                        c.REASON_PAIR_INCOMPLETE,
+                        f"pair {pair.id} incomplete for {self.spec.pairs.orphan_timeout}: replacing it",
+                    )
                 )
                 self._delete_pair(pair, "incomplete past orphanTimeout")
                 continue
@@ -308,7 +315,9 @@ class _PairActions:
         pending_pairs = sum(1 for p in live.values() if p.pending)
         total_live = len(live)
         for rev, target in sorted(self.targets.items(), key=lambda kv: (kv[0] != self._first_rev(), kv[0])):
-            have = sum(1 for p in live.values() if p.revision == rev) + sum(1 for r in self.new_pairs.values() if r == rev)
+            have = sum(1 for p in live.values() if p.revision == rev) + sum(
+                1 for r in self.new_pairs.values() if r == rev
+            )
             spec = self.revisions.get(rev)
             while have < target and total_live < self.replicas + self.max_surge:
                 if spec is None:
@@ -318,6 +327,11 @@ class _PairActions:
                     spec.decode.gpus_per_instance
                 ] * spec.decode.instances
                 nodes = place_pair(self.ledger, gpus, spec.placement)
+                if nodes is None and self._draining_gpus() >= sum(gpus):
+                    # GPUs come back when current drains finish: wait for them instead of queueing Pending
+                    # pods that the scheduler could split across nodes.
+                    self.waiting_for_drain = True
+                    break
                 if nodes is None:
                     if pending_pairs >= self.max_surge:
                         self.insufficient_gpu += target - have
@@ -339,10 +353,8 @@ class _PairActions:
         created = Counter(self.new_pairs.values())
         for rev, n in sorted(created.items()):
             version = self.revisions[rev].stack.version
-            self.events.append(Event(EVENT_NORMAL, "PairsCreated", f"creating {n} pair(s) of {version} (revision {rev})"))
-        if self.insufficient_gpu:
             self.events.append(
-                Event(EVENT_WARNING, c.REASON_INSUFFICIENT_GPU, f"{self.insufficient_gpu} pair(s) or instance(s) cannot be placed: not enough free {self.spec.placement.gpu_resource}")
+                Event(EVENT_NORMAL, "PairsCreated", f"creating {n} pair(s) of {version} (revision {rev})")
             )
         # 4c. excess Ready pairs drain, highest index first, never below the floor.
         drained = 0
@@ -363,7 +375,22 @@ class _PairActions:
                     self._delete_pair(pair, "scale down (not ready)")
                 excess -= 1
         if drained:
-            self.events.append(Event(EVENT_NORMAL, "PairsDraining", f"draining {drained} pair(s): no new requests, deleted after in-flight streams end"))
+            self.events.append(
+                Event(
+                    EVENT_NORMAL,
+                    "PairsDraining",
+                    f"draining {drained} pair(s): no new requests, deleted after in-flight streams end",
+                )
+            )
+
+    def _draining_gpus(self) -> int:
+        return sum(
+            pod.gpus
+            for pair in self.pairs
+            if pair.draining_since is not None or pair.index in self.deleted_pairs
+            for pod in pair.pods
+            if pod.holds_gpus
+        )
 
     def _first_rev(self) -> str:
         """Create the stable revision's pairs before the canary's when both are short (rollback)."""
@@ -409,6 +436,22 @@ class _PairActions:
         if busy:
             waits.append(BUSY_REQUEUE_SECONDS)
         return max(1.0, min(waits)) if waits else STEADY_RESYNC_SECONDS
+
+
+def transition_events(old: InferencePoolStatus, new: InferencePoolStatus) -> list[Event]:
+    """Events for conditions whose status or reason changed this pass (Degraded, Ready, KVCacheDegraded)."""
+    out = []
+    for kind in (c.CONDITION_DEGRADED, c.CONDITION_KV_CACHE_DEGRADED, c.CONDITION_READY):
+        before, after = c.find(old.conditions, kind), c.find(new.conditions, kind)
+        if after is None or (before is not None and (before.status, before.reason) == (after.status, after.reason)):
+            continue
+        bad = (after.status == "True") != (kind == c.CONDITION_READY)
+        if before is None and not bad:
+            continue
+        out.append(
+            Event(EVENT_WARNING if bad else EVENT_NORMAL, after.reason, f"{kind}={after.status}: {after.message}")
+        )
+    return out
 
 
 def _endpoints(pool: str, index: int, pods: tuple[ObservedPod, ...], role: Role, count: int) -> tuple[Endpoint, ...]:
@@ -475,7 +518,7 @@ def build_table(
         match=Match(
             min_prompt_tokens=match.min_prompt_tokens,
             max_prompt_tokens=match.max_prompt_tokens,
-            images=match.images,
+            images=ImagesMatch(match.images),
             headers=tuple(HeaderMatch(name=h.name, value=h.value) for h in match.headers),
         ),
         hash=HashSpec(
@@ -508,8 +551,12 @@ def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple
             spec = current
     if spec is not None:
         return spec.prefill.instances, spec.decode.instances
-    prefill = max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 0
-    decode = max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 0
+    prefill = (
+        max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 0
+    )
+    decode = (
+        max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 0
+    )
     return prefill, decode
 
 
@@ -542,7 +589,11 @@ def summarize(
         members = [p for p in live if p.revision == rev]
         serving = [p for p in ready if p.revision == rev]
         if decision.canary and table.revisions.canary_weight_percent is not None:
-            weight = table.revisions.canary_weight_percent if rev == decision.canary else 100 - table.revisions.canary_weight_percent
+            weight = (
+                table.revisions.canary_weight_percent
+                if rev == decision.canary
+                else 100 - table.revisions.canary_weight_percent
+            )
         else:
             weight = 100 if rev == decision.stable else 0
         return RevisionStatus(
@@ -557,19 +608,54 @@ def summarize(
     conditions = list(old.conditions)
     gen = generation
     if replicas == 0:
-        conditions = c.set_condition(conditions, c.CONDITION_READY, "True", c.REASON_SCALED_TO_ZERO, "pairs.replicas is 0", now, gen)
+        conditions = c.set_condition(
+            conditions, c.CONDITION_READY, "True", c.REASON_SCALED_TO_ZERO, "pairs.replicas is 0", now, gen
+        )
     elif len(ready) >= replicas:
-        conditions = c.set_condition(conditions, c.CONDITION_READY, "True", c.REASON_ALL_PAIRS_READY, f"{len(ready)}/{replicas} pairs ready", now, gen)
+        conditions = c.set_condition(
+            conditions,
+            c.CONDITION_READY,
+            "True",
+            c.REASON_ALL_PAIRS_READY,
+            f"{len(ready)}/{replicas} pairs ready",
+            now,
+            gen,
+        )
     else:
         floor = max(0, replicas - spec.rollout.max_unavailable)
         reason = c.REASON_BELOW_FLOOR if len(ready) < floor else c.REASON_PAIRS_NOT_READY
-        conditions = c.set_condition(conditions, c.CONDITION_READY, "False", reason, f"{len(ready)}/{replicas} pairs ready", now, gen)
+        conditions = c.set_condition(
+            conditions, c.CONDITION_READY, "False", reason, f"{len(ready)}/{replicas} pairs ready", now, gen
+        )
 
     rollout_active = decision.status.phase in ("Progressing", "Paused", "RollingBack")
     if rollout_active:
-        conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "True", decision.progressing_reason, decision.status.message or f"step {decision.status.step}", now, gen)
-    elif actions.creates or actions.deletes or actions.new_drains or len(live) != replicas or len(ready) < replicas or draining:
-        conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "True", c.REASON_SCALING, f"{len(ready)}/{replicas} pairs ready, {len(draining)} draining", now, gen)
+        conditions = c.set_condition(
+            conditions,
+            c.CONDITION_PROGRESSING,
+            "True",
+            decision.progressing_reason,
+            decision.status.message or f"step {decision.status.step}",
+            now,
+            gen,
+        )
+    elif (
+        actions.creates
+        or actions.deletes
+        or actions.new_drains
+        or len(live) != replicas
+        or len(ready) < replicas
+        or draining
+    ):
+        conditions = c.set_condition(
+            conditions,
+            c.CONDITION_PROGRESSING,
+            "True",
+            c.REASON_SCALING,
+            f"{len(ready)}/{replicas} pairs ready, {len(draining)} draining",
+            now,
+            gen,
+        )
     else:
         reason = c.REASON_ROLLED_BACK if decision.status.phase == "RolledBack" else c.REASON_STEADY
         message = decision.status.message if decision.status.phase == "RolledBack" else "pool at its declared size"
@@ -577,27 +663,58 @@ def summarize(
 
     problems: list[tuple[str, str]] = []
     if actions.insufficient_gpu:
-        problems.append((c.REASON_INSUFFICIENT_GPU, f"{actions.insufficient_gpu} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}"))
+        problems.append(
+            (
+                c.REASON_INSUFFICIENT_GPU,
+                f"{actions.insufficient_gpu} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}",
+            )
+        )
     if actions.missing_snapshot:
-        problems.append((c.REASON_REVISION_MISSING, f"no snapshot for revision(s) {', '.join(sorted(actions.missing_snapshot))}: their pods cannot be recreated"))
+        problems.append(
+            (
+                c.REASON_REVISION_MISSING,
+                f"no snapshot for revision(s) {', '.join(sorted(actions.missing_snapshot))}: "
+                "their pods cannot be recreated",
+            )
+        )
     crash = [p.name for p in snapshot.pods if p.crash_looping]
     if crash:
         problems.append((c.REASON_CRASH_LOOPING, f"{len(crash)} instance(s) crash-looping, e.g. {crash[0]}"))
-    incomplete = [p for p in live if not any(pp.index == p.index for pp in ready) and p.index in {pv.index for pv in actions.pairs if pv.pods and not pv.complete}]
+    incomplete = [
+        p.id for p in actions.pairs if p.live and p.pods and not p.complete and p.index not in actions.deleted_pairs
+    ]
     if incomplete:
-        problems.append((c.REASON_PAIR_INCOMPLETE, f"{len(incomplete)} pair(s) incomplete, e.g. {incomplete[0].id}"))
-    if snapshot.pool.status is not None:
-        pass
+        problems.append((c.REASON_PAIR_INCOMPLETE, f"{len(incomplete)} pair(s) incomplete, e.g. {incomplete[0]}"))
     if problems:
-        conditions = c.set_condition(conditions, c.CONDITION_DEGRADED, "True", problems[0][0], "; ".join(m for _, m in problems), now, gen)
+        conditions = c.set_condition(
+            conditions, c.CONDITION_DEGRADED, "True", problems[0][0], "; ".join(m for _, m in problems), now, gen
+        )
     else:
-        conditions = c.set_condition(conditions, c.CONDITION_DEGRADED, "False", c.REASON_HEALTHY, "no problems observed", now, gen)
+        conditions = c.set_condition(
+            conditions, c.CONDITION_DEGRADED, "False", c.REASON_HEALTHY, "no problems observed", now, gen
+        )
 
     if spec.kv_cache.mooncake_ref is not None:
         if snapshot.cache_problem:
-            conditions = c.set_condition(conditions, c.CONDITION_KV_CACHE_DEGRADED, "True", c.REASON_CACHE_DEGRADED, snapshot.cache_problem + "; serving from local prefix caches", now, gen)
+            conditions = c.set_condition(
+                conditions,
+                c.CONDITION_KV_CACHE_DEGRADED,
+                "True",
+                c.REASON_CACHE_DEGRADED,
+                snapshot.cache_problem + "; serving from local prefix caches",
+                now,
+                gen,
+            )
         else:
-            conditions = c.set_condition(conditions, c.CONDITION_KV_CACHE_DEGRADED, "False", c.REASON_CACHE_OK, f"MooncakeCache {spec.kv_cache.mooncake_ref.name} healthy", now, gen)
+            conditions = c.set_condition(
+                conditions,
+                c.CONDITION_KV_CACHE_DEGRADED,
+                "False",
+                c.REASON_CACHE_OK,
+                f"MooncakeCache {spec.kv_cache.mooncake_ref.name} healthy",
+                now,
+                gen,
+            )
     else:
         conditions = [cond for cond in conditions if cond.type != c.CONDITION_KV_CACHE_DEGRADED]
 

@@ -132,7 +132,9 @@ def _kind(step: RolloutStep) -> str:
     return "analysis"
 
 
-def _start(status: RolloutStatus, revision: str, steps: list[RolloutStep], now: datetime, message: str) -> RolloutStatus:
+def _start(
+    status: RolloutStatus, revision: str, steps: list[RolloutStep], now: datetime, message: str
+) -> RolloutStatus:
     return status.model_copy(
         update={
             "phase": "Progressing",
@@ -196,7 +198,9 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             )
             in_rollout = True
         else:
-            events.append(Event(EVENT_NORMAL, "AbortIgnored", "abort requested with no rollout in progress: nothing to do"))
+            events.append(
+                Event(EVENT_NORMAL, "AbortIgnored", "abort requested with no rollout in progress: nothing to do")
+            )
             status = status.model_copy(update={"handled_action": handled})
 
     # 2. The spec went back to the stable revision mid-rollout: drop the canary.
@@ -242,7 +246,11 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
 
     # 4. Start or restart a rollout for the desired revision.
     current_hash = steps_hash(steps)
-    if not in_rollout or status.revision != desired or (status.phase != "RollingBack" and status.steps_hash != current_hash):
+    if (
+        not in_rollout
+        or status.revision != desired
+        or (status.phase != "RollingBack" and status.steps_hash != current_hash)
+    ):
         previous = status.revision if in_rollout and status.revision not in ("", desired) else None
         restarted = in_rollout and (previous is not None or status.steps_hash != current_hash)
         reason = "RolloutRestarted" if restarted else "RolloutStarted"
@@ -252,7 +260,11 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             update={"handled_action": handled, "failed_revision": ""}
         )
         decision = _progressing(inp, status, stable, desired, events, extra_zero=previous)
-        return _with(decision, persist_first=True, progressing_reason=c.REASON_ROLLOUT_RESTARTED if restarted else c.REASON_ROLLOUT_IN_PROGRESS)
+        return _with(
+            decision,
+            persist_first=True,
+            progressing_reason=c.REASON_ROLLOUT_RESTARTED if restarted else c.REASON_ROLLOUT_IN_PROGRESS,
+        )
 
     if status.phase == "RollingBack":
         return _rolling_back(inp, status, stable, desired, events)
@@ -265,9 +277,17 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         status = status.model_copy(update={"handled_action": handled})
         if full:
             events.append(Event(EVENT_WARNING, "RollForward", f"full promotion of {desired} requested: gates skipped"))
-            status = status.model_copy(update={"step_index": len(steps), "phase": "Progressing", "step_started_at": now})
+            status = status.model_copy(
+                update={"step_index": len(steps), "phase": "Progressing", "step_started_at": now}
+            )
             return _promote(inp, status, stable, desired, events)
-        events.append(Event(EVENT_NORMAL, "PromoteRequested", f"step {status.step} ({_kind(steps[status.step_index])}) skipped by request"))
+        events.append(
+            Event(
+                EVENT_NORMAL,
+                "PromoteRequested",
+                f"step {status.step} ({_kind(steps[status.step_index])}) skipped by request",
+            )
+        )
         status = _advance(status, steps, now).model_copy(update={"phase": "Progressing"})
         if status.step_index >= len(steps):
             return _promote(inp, status, stable, desired, events)
@@ -278,12 +298,17 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         if status.phase != "Paused":
             events.append(Event(EVENT_NORMAL, "RolloutPaused", "rollout paused (spec.rollout.paused)"))
             status = status.model_copy(update={"phase": "Paused", "message": "paused by user"})
-        return _with(_progressing(inp, status, stable, desired, events), persist_first=status.phase != inp.status.phase,
-                     progressing_reason=c.REASON_ROLLOUT_PAUSED)
+        return _with(
+            _progressing(inp, status, stable, desired, events),
+            persist_first=status.phase != inp.status.phase,
+            progressing_reason=c.REASON_ROLLOUT_PAUSED,
+        )
     if status.phase == "Paused":
         if status.message.startswith("paused by user"):
             events.append(Event(EVENT_NORMAL, "RolloutResumed", "rollout resumed"))
-            status = status.model_copy(update={"phase": "Progressing", "message": "", "step_started_at": now, "progress_at": now})
+            status = status.model_copy(
+                update={"phase": "Progressing", "message": "", "step_started_at": now, "progress_at": now}
+            )
         else:
             return _with(_progressing(inp, status, stable, desired, events), progressing_reason=c.REASON_ROLLOUT_PAUSED)
 
@@ -319,15 +344,27 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             gates = list(result.verdicts)
             if result.outcome == "Passed":
                 done = True
-                events.append(Event(EVENT_NORMAL, "AnalysisPassed", f"step {status.step}: every gate passed {result.message}".strip()))
+                events.append(
+                    Event(
+                        EVENT_NORMAL,
+                        "AnalysisPassed",
+                        f"step {status.step}: every gate passed {result.message}".strip(),
+                    )
+                )
             elif result.outcome == "Failed":
                 failed_reason = "GateFailed"
             elif result.outcome == "NoDataDeadline":
                 if spec.rollout.analysis.on_no_data == "Rollback":
                     failed_reason = "AnalysisNoData"
                 else:
-                    events.append(Event(EVENT_WARNING, "AnalysisNoData", f"step {status.step}: no data until the deadline; paused"))
-                    status = status.model_copy(update={"phase": "Paused", "message": "paused: analysis had no data until noDataDeadline"})
+                    events.append(
+                        Event(
+                            EVENT_WARNING, "AnalysisNoData", f"step {status.step}: no data until the deadline; paused"
+                        )
+                    )
+                    status = status.model_copy(
+                        update={"phase": "Paused", "message": "paused: analysis had no data until noDataDeadline"}
+                    )
             elif result.outcome == "Paused":
                 events.append(Event(EVENT_WARNING, "InvalidQuery", f"step {status.step}: {result.message}"))
                 status = status.model_copy(update={"phase": "Paused", "message": f"paused: {result.message}"[:1024]})
@@ -344,8 +381,12 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         return _with(_progressing(inp, status, stable, desired, events), persist_first=True)
     decision = _progressing(inp, status, stable, desired, events)
     persist = status.phase != inp.status.phase or status.handled_action != inp.status.handled_action
-    return _with(decision, persist_first=persist, requeue_after=requeue,
-                 progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else c.REASON_ROLLOUT_IN_PROGRESS)
+    return _with(
+        decision,
+        persist_first=persist,
+        requeue_after=requeue,
+        progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else c.REASON_ROLLOUT_IN_PROGRESS,
+    )
 
 
 def _with(decision: RolloutDecision, **changes: object) -> RolloutDecision:
@@ -381,7 +422,9 @@ def _progressing(
     )
 
 
-def _promote(inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event]) -> RolloutDecision:
+def _promote(
+    inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event]
+) -> RolloutDecision:
     replicas = inp.spec.pairs.replicas
     events.append(Event(EVENT_NORMAL, "Promoted", f"{inp.spec.stack.version} (revision {desired}) promoted to stable"))
     new = status.model_copy(
@@ -411,11 +454,18 @@ def _fail(
 ) -> RolloutDecision:
     spec = inp.spec
     if spec.rollout.failure_action == "Pause" and reason != "AnalysisNoData":
-        events.append(Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}); rollout paused (failureAction Pause)"))
+        events.append(
+            Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}); rollout paused (failureAction Pause)")
+        )
         paused = status.model_copy(update={"phase": "Paused", "message": f"paused after {reason}"})
-        return _with(_progressing(inp, paused, stable, desired, events), persist_first=True,
-                     progressing_reason=c.REASON_ROLLOUT_PAUSED)
-    events.append(Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}): rolling back to stable {stable}"))
+        return _with(
+            _progressing(inp, paused, stable, desired, events),
+            persist_first=True,
+            progressing_reason=c.REASON_ROLLOUT_PAUSED,
+        )
+    events.append(
+        Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}): rolling back to stable {stable}")
+    )
     rolling = status.model_copy(
         update={"phase": "RollingBack", "failed_revision": desired, "message": f"rolling back after {reason}"}
     )

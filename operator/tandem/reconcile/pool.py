@@ -20,6 +20,7 @@ condition instead of a crash: 403 quota → `QuotaExceeded` with a long backoff,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -152,10 +153,8 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
         raw["status"] = result.get("status", status)
         writes += 1
     for rev in plan.snapshots:
-        try:
+        with contextlib.suppress(Conflict):  # already written by an earlier, interrupted pass
             await kube.create(build_revision_configmap(name, ns, uid, rev, plan.revisions[rev]))
-        except Conflict:
-            pass
         writes += 1
     for delete in plan.deletes:
         await kube.delete_pod(ns, delete.name, delete.uid)
@@ -211,7 +210,9 @@ def _service_matches(observed: dict[str, Any], desired: dict[str, Any]) -> bool:
     )
 
 
-async def report(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan, status: InferencePoolStatus) -> int:
+async def report(
+    kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan, status: InferencePoolStatus
+) -> int:
     """Step 4: Events (the decisions already acted on), then status when it changed. Returns writes."""
     writes = 0
     for event in plan.events:
@@ -274,7 +275,9 @@ async def reconcile_pool(
     try:
         writes += await act(kube, snapshot, raw, plan)  # 3. act
     except Conflict as exc:
-        return PassResult(requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+        return PassResult(
+            requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+        )
     except NotFound:
         return PassResult(requeue_after=None, writes=writes, plan=plan, duration=time.monotonic() - started)
     except KubeError as exc:
@@ -282,7 +285,13 @@ async def reconcile_pool(
         status = status.model_copy(
             update={
                 "conditions": c.set_condition(
-                    status.conditions, c.CONDITION_DEGRADED, "True", reason, str(exc)[:1000], now, snapshot.pool.metadata.generation
+                    status.conditions,
+                    c.CONDITION_DEGRADED,
+                    "True",
+                    reason,
+                    str(exc)[:1000],
+                    now,
+                    snapshot.pool.metadata.generation,
                 )
             }
         )
@@ -300,15 +309,25 @@ async def reconcile_pool(
             writes += await report(kube, snapshot, raw, plan, status)
         except KubeError as exc2:
             log.warning("status write failed for %s/%s: %s", namespace, name, exc2)
-        return PassResult(requeue_after=backoff, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+        return PassResult(
+            requeue_after=backoff, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+        )
     try:
         writes += await report(kube, snapshot, raw, plan, status)  # 4. report
     except Conflict as exc:
-        return PassResult(requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+        return PassResult(
+            requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+        )
     except KubeError as exc:
-        return PassResult(requeue_after=_backoff(exc), writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started)
+        return PassResult(
+            requeue_after=_backoff(exc), writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+        )
     return PassResult(
-        requeue_after=plan.requeue_after, writes=writes, plan=plan, events=list(plan.events), duration=time.monotonic() - started
+        requeue_after=plan.requeue_after,
+        writes=writes,
+        plan=plan,
+        events=list(plan.events),
+        duration=time.monotonic() - started,
     )
 
 

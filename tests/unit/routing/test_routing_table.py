@@ -77,7 +77,7 @@ def test_routing_table_wire_keys_are_camel_case_and_sorted() -> None:
     assert doc["match"]["images"] == "Forbidden"
     assert doc["revisions"] == {"stable": "r1", "canary": "r2", "canaryWeightPercent": 10}
     pair = doc["pairs"][0]
-    assert set(pair) == {"id", "index", "revision", "state", "weight", "prefill", "decode"}
+    assert set(pair) == {"id", "index", "revision", "state", "weight", "prefill", "decode", "drainingSince"}
     assert pair["state"] == "serving"
     assert pair["prefill"][0] == {"pod": "speed-p0-prefill-0", "address": "10.0.0.1:8000"}
     assert CONFIGMAP_KEY == "routing.json"
@@ -217,7 +217,7 @@ def test_routing_table_fingerprint_is_pinned() -> None:
         '{"admission":{"maxInFlight":4,"maxKvUtilizationPercent":100,"maxQueued":2,"rejectStatus":429},'
         '"apiVersion":"tandem.dev/routing-v1","hash":{"loadBoundPercent":125,"maxWalk":4,"prefixChars":1000},'
         '"match":{"headers":[],"images":"Any","maxPromptTokens":null,"minPromptTokens":0},"namespace":"ns",'
-        '"pairs":[{"decode":[],"id":"speed-p0","index":0,"prefill":[],"revision":"r1","state":"serving",'
+        '"pairs":[{"decode":[],"drainingSince":null,"id":"speed-p0","index":0,"prefill":[],"revision":"r1","state":"serving",'
         '"weight":100}],"pool":"speed","priority":0,"revisions":{"canary":null,"canaryWeightPercent":null,'
         '"stable":"r1"},"trafficClass":"speed"}'
     )

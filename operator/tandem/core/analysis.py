@@ -1,0 +1,260 @@
+"""One evaluation pass of a canary analysis step: gate verdicts in, step progress and an outcome out.
+
+What it owns: the step-level rules of testing.md §5 over ``AnalysisProgress`` (persisted in
+``status.rollout.analysis``) and the pacing of evaluations. The caller (the rollout state machine)
+queries the gates, calls :func:`evaluate_step`, persists the returned progress and acts on the outcome.
+
+What it must not do: read the clock (``now`` is a parameter; all datetimes are timezone-aware), query
+anything, or decide what a failure or a NoData deadline *does* (rollback, pause: the caller applies
+``failureAction`` / ``onNoData``).
+
+Rules, for one evaluation with the verdicts of every gate of the step:
+
+1. **Pacing.** The first evaluation is due at ``step_started_at + initialDelay``, each next one at
+   ``last_evaluated_at + interval``. A call before that changes nothing (``evaluated=False``) and
+   returns the standing outcome and the due time, so the caller requeues instead of querying more
+   than once per interval. An InvalidQuery is thus retried at most once per interval.
+2. **Consecutive means consecutive.** A gap of more than 2 × interval since the last evaluation (the
+   operator was down or stalled) restarts the streak and the NoData clock: a fresh window after a
+   restart (OP-04); ``failures`` are kept for the whole step.
+   Progress last evaluated before ``step_started_at`` belongs to an earlier step and is discarded.
+3. **InvalidQuery** (an Error verdict with reason ``InvalidQuery``) → ``Paused`` at once; the streak
+   resets. (A step without any gate is paused too, reason ``NoGates``: nothing could ever pass it.)
+4. **Failures.** An evaluation with at least one Failure counts once toward ``failures`` (per step);
+   ``failures > failureLimit`` → ``Failed`` (``failureLimit: -1`` never fails). A Failure resets the
+   streak.
+5. **Streak.** All gates Success → ``successStreak + 1``; anything else → 0. Streak ≥ ``successStreak``
+   → ``Passed``. NoData and Error never count as Success.
+6. **NoData / Error** in any gate → hold; ``noDataSince`` is set at the first such evaluation and kept
+   until an evaluation with none; ``now − noDataSince ≥ noDataDeadline`` → ``NoDataDeadline``.
+
+Precedence when several apply: Paused, Failed, NoDataDeadline, Passed, Continue.
+
+Worked example (``interval: 30s``, ``initialDelay: 60s``, ``successStreak: 3``, ``failureLimit: 1``,
+``noDataDeadline: 2m``; step started at t=0):
+
+====  ======================  ======  ========  ===========  ==============
+t     verdicts                streak  failures  noDataSince  outcome
+====  ======================  ======  ========  ===========  ==============
+ 30   (not due: first at 60)  0       0         -            Continue, due 60
+ 60   Success, Success        1       0         -            Continue
+ 90   Success, NoData         0       0         90           Continue
+120   Success, Failure        0       1         -            Continue
+150   Success, Success        1       1         -            Continue
+180   Success, Success        2       1         -            Continue
+210   Success, Success        3       1         -            **Passed**
+====  ======================  ======  ========  ===========  ==============
+
+Had t=150 been a second Failure, ``failures`` = 2 > 1 → **Failed**; had NoData lasted from t=90 to
+t=210, ``210 − 90 ≥ 120`` → **NoDataDeadline**.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from tandem.api.pool import AnalysisSpec, AnalysisStep, MetricGate
+from tandem.api.pool_status import AnalysisProgress, GateVerdict
+from tandem.api.quantity import parse_duration
+from tandem.core.gates import (
+    REASON_INVALID_QUERY,
+    VERDICT_ERROR,
+    VERDICT_FAILURE,
+    VERDICT_NO_DATA,
+    VERDICT_SUCCESS,
+    explain_verdict,
+)
+
+
+class Outcome(StrEnum):
+    """What one evaluation pass means for the step."""
+
+    CONTINUE = "Continue"
+    """Keep the step and its traffic; evaluate again at ``next_due``."""
+    PASSED = "Passed"
+    """``successStreak`` consecutive all-Success evaluations: advance to the next step."""
+    FAILED = "Failed"
+    """More Failures than ``failureLimit``: apply ``failureAction`` (capacity-safe rollback by default)."""
+    NO_DATA_DEADLINE = "NoDataDeadline"
+    """NoData/Error lasted ``noDataDeadline``: apply ``onNoData``."""
+    PAUSED = "Paused"
+    """A query or condition is invalid (or the step has no gates): pause and surface it; retried per interval."""
+
+
+REASON_NO_GATES: Final = "NoGates"
+REASON_FAILURE_LIMIT: Final = "FailureLimitExceeded"
+REASON_NO_DATA_DEADLINE: Final = "NoDataDeadlineExceeded"
+REASON_SUCCESS_STREAK: Final = "SuccessStreakReached"
+REASON_NOT_DUE: Final = "NotDue"
+REASON_HOLDING_NO_DATA: Final = "HoldingNoData"
+REASON_WAITING_STREAK: Final = "WaitingForStreak"
+_MESSAGE_CHARS: Final = 1024
+
+
+@dataclass(frozen=True)
+class StepEvaluation:
+    """The result of :func:`evaluate_step`."""
+
+    progress: AnalysisProgress
+    """The new progress to persist (unchanged when ``evaluated`` is False)."""
+    outcome: Outcome
+    next_due: datetime
+    """When the next evaluation is due: requeue the pool then."""
+    evaluated: bool
+    """False when the call came before the evaluation was due and the verdicts were ignored."""
+    reason: str
+    """PascalCase: ``InvalidQuery``, ``FailureLimitExceeded``, ``NoDataDeadlineExceeded``..."""
+    message: str
+    """Human explanation naming the gates and their values."""
+
+
+@dataclass(frozen=True)
+class GateSelection:
+    """The gates an analysis step runs."""
+
+    metrics: tuple[MetricGate, ...]
+    eval: bool
+    unknown: tuple[str, ...]
+    """Metric names the step lists that the analysis spec does not define."""
+
+
+def select_gates(spec: AnalysisSpec, step: AnalysisStep) -> GateSelection:
+    """The step's gates: the named metrics (all metrics when the list is empty), plus eval if asked and defined."""
+    by_name = {m.name: m for m in spec.metrics}
+    if step.metrics:
+        chosen = tuple(by_name[n] for n in step.metrics if n in by_name)
+        unknown = tuple(n for n in step.metrics if n not in by_name)
+    else:
+        chosen, unknown = tuple(spec.metrics), ()
+    return GateSelection(chosen, step.eval and spec.eval is not None, unknown)
+
+
+def next_evaluation_at(progress: AnalysisProgress, spec: AnalysisSpec, step_started_at: datetime) -> datetime:
+    """When the next evaluation is due (rule 1)."""
+    first = step_started_at + timedelta(seconds=parse_duration(spec.initial_delay))
+    if progress.last_evaluated_at is None or progress.last_evaluated_at < step_started_at:
+        return first
+    return max(first, progress.last_evaluated_at + timedelta(seconds=parse_duration(spec.interval)))
+
+
+def _standing(progress: AnalysisProgress, spec: AnalysisSpec, now: datetime) -> Outcome:
+    """The outcome the persisted progress already implies (for calls that are not due)."""
+    if spec.failure_limit >= 0 and progress.failures > spec.failure_limit:
+        return Outcome.FAILED
+    if progress.no_data_since is not None and now - progress.no_data_since >= _deadline(spec):
+        return Outcome.NO_DATA_DEADLINE
+    if progress.success_streak >= spec.success_streak:
+        return Outcome.PASSED
+    return Outcome.CONTINUE
+
+
+def _deadline(spec: AnalysisSpec) -> timedelta:
+    return timedelta(seconds=parse_duration(spec.no_data_deadline))
+
+
+def _summary(verdicts: Sequence[GateVerdict], wanted: set[str]) -> str:
+    text = "; ".join(explain_verdict(v) for v in verdicts if v.verdict in wanted)
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+
+
+def evaluate_step(
+    progress: AnalysisProgress,
+    verdicts: Sequence[GateVerdict],
+    spec: AnalysisSpec,
+    step_started_at: datetime,
+    now: datetime,
+) -> StepEvaluation:
+    """Fold one evaluation's verdicts into the step's progress (rules in the module docstring)."""
+    interval = timedelta(seconds=parse_duration(spec.interval))
+    due = next_evaluation_at(progress, spec, step_started_at)
+    if now < due:
+        standing = _standing(progress, spec, now)
+        return StepEvaluation(progress, standing, due, False, REASON_NOT_DUE, f"next evaluation at {due.isoformat()}")
+
+    last = progress.last_evaluated_at
+    if last is not None and last < step_started_at:
+        # Progress left over from an earlier step (the caller did not reset it): start this step clean.
+        progress = progress.model_copy(update={"success_streak": 0, "failures": 0, "no_data_since": None})
+        last = None
+    fresh_window = last is None or now - last > 2 * interval
+    streak = 0 if fresh_window else progress.success_streak
+    failures = progress.failures
+    no_data_since = None if fresh_window else progress.no_data_since
+    next_due = now + interval
+
+    def done(outcome: Outcome, reason: str, message: str) -> StepEvaluation:
+        new = progress.model_copy(
+            update={
+                "success_streak": streak,
+                "failures": failures,
+                "no_data_since": no_data_since,
+                "last_evaluated_at": now,
+            }
+        )
+        return StepEvaluation(new, outcome, next_due, True, reason, message)
+
+    if not verdicts:
+        streak = 0
+        return done(Outcome.PAUSED, REASON_NO_GATES, "the analysis step has no gates: nothing can pass it")
+
+    kinds = {v.verdict for v in verdicts}
+    holding = VERDICT_NO_DATA in kinds or VERDICT_ERROR in kinds
+    no_data_since = (no_data_since or now) if holding else None
+
+    invalid = [v for v in verdicts if v.verdict == VERDICT_ERROR and v.reason == REASON_INVALID_QUERY]
+    if invalid:
+        streak = 0
+        return done(Outcome.PAUSED, REASON_INVALID_QUERY, "; ".join(explain_verdict(v) for v in invalid))
+
+    if VERDICT_FAILURE in kinds:
+        failures = min(failures + 1, 100_000)
+        streak = 0
+        if spec.failure_limit >= 0 and failures > spec.failure_limit:
+            return done(
+                Outcome.FAILED,
+                REASON_FAILURE_LIMIT,
+                f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}: "
+                + _summary(verdicts, {VERDICT_FAILURE}),
+            )
+    elif kinds == {VERDICT_SUCCESS}:
+        streak += 1
+    else:
+        streak = 0
+
+    if holding and no_data_since is not None and now - no_data_since >= _deadline(spec):
+        return done(
+            Outcome.NO_DATA_DEADLINE,
+            REASON_NO_DATA_DEADLINE,
+            f"no data since {no_data_since.isoformat()} (noDataDeadline {spec.no_data_deadline}): "
+            + _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}),
+        )
+    if streak >= spec.success_streak:
+        return done(Outcome.PASSED, REASON_SUCCESS_STREAK, f"{streak} consecutive evaluations with every gate Success")
+    if holding:
+        return done(Outcome.CONTINUE, REASON_HOLDING_NO_DATA, _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}))
+    return done(
+        Outcome.CONTINUE,
+        REASON_WAITING_STREAK,
+        f"success streak {streak}/{spec.success_streak}" + (f"; {failures} failure(s)" if failures else ""),
+    )
+
+
+__all__ = [
+    "REASON_FAILURE_LIMIT",
+    "REASON_HOLDING_NO_DATA",
+    "REASON_NOT_DUE",
+    "REASON_NO_DATA_DEADLINE",
+    "REASON_NO_GATES",
+    "REASON_SUCCESS_STREAK",
+    "REASON_WAITING_STREAK",
+    "GateSelection",
+    "Outcome",
+    "StepEvaluation",
+    "evaluate_step",
+    "next_evaluation_at",
+    "select_gates",
+]

@@ -1,0 +1,505 @@
+"""Gate verdicts: one Prometheus query result (or one eval Job) → Success, Failure, NoData or Error.
+
+What it owns: the verdict rules of testing.md §5 and their PascalCase reasons (``REASON_*``), the
+resolution of a gate's queries (canary, and baseline when a condition reads ``baseline``), and the
+eval-gate verdict. Every verdict carries the value, the baseline, the condition and the resolved
+query, so no verdict is unexplained (landscape.md §6).
+
+What it must not do: query anything, read the clock (``now`` comes in a :class:`SampleWindow`), or
+ever turn an empty, NaN, stale, partial, infinite or multi-series result into a pass.
+
+Rules, first match wins, applied to the canary result and then to the baseline result:
+
+==  =====================================================  =========  ======================
+ #  the result                                             verdict    reason
+==  =====================================================  =========  ======================
+ 1  no condition, or one that does not compile             Error      ``InvalidQuery``
+ 2  connection refused, DNS, timeout, unparsable body      Error      ``MetricsUnavailable``
+ 3  HTTP 400 or 422 (bad query, execution error)           Error      ``InvalidQuery``
+ 4  any other HTTP status (5xx, 401, 429...)               Error      ``MetricsUnavailable``
+ 5  ``warnings`` present (partial data)                    NoData     ``Partial``
+ 6  result type other than vector or scalar                NoData     ``InvalidQueryResult``
+ 7  no series                                              NoData     ``Empty``
+ 8  more than one series (never pick one)                  NoData     ``InvalidQueryResult``
+ 9  ``NaN`` (e.g. 0/0 at zero traffic)                     NoData     ``NaN``
+10  ``+Inf`` / ``-Inf``                                    NoData     ``InvalidQueryResult``
+11  taken before step start + initialDelay, or its rate    NoData     ``TooEarly``
+    window reaches back before the step started
+12  sample age (either way) > 2 × scrape interval          NoData     ``Stale``
+==  =====================================================  =========  ======================
+
+A baseline NoData gets the reason prefixed with ``Baseline`` (``BaselineEmpty``...); a baseline Error
+keeps its reason, so an invalid baseline query pauses the analysis like an invalid canary query.
+When both results are invalid the more severe wins: InvalidQuery, then MetricsUnavailable, then the
+canary's NoData, then the baseline's.
+
+With both results valid, the conditions decide (CEL, variables ``result`` and ``baseline``, doubles):
+
+- only ``successCondition``: true → Success (``SuccessConditionMet``), false → Failure
+  (``SuccessConditionNotMet``);
+- only ``failureCondition``: true → Failure (``FailureConditionMet``), false → Success
+  (``FailureConditionNotMet``);
+- both: failure true → Failure; else success true → Success; neither → NoData ``Inconclusive``
+  (Argo's Inconclusive: hold, never pass);
+- a condition that errors or is not boolean (``result == 1`` compares a double with an int and errors
+  in CEL: write ``1.0``) → Error ``InvalidQuery``: a broken condition pauses like a broken query.
+
+Worked example: ``successCondition: result <= 0.5`` on ``TTFTP90``; Prometheus answers
+``{"resultType": "vector", "result": [{"metric": {}, "value": [1700000100, "0.475"]}]}``; the step
+started at 1700000000 with ``initialDelay: 60s``, scrape interval 15 s, now 1700000101 → the sample is
+100 s after the start (≥ 60 s), 1 s old (≤ 30 s), finite, single → ``result = 0.475`` → Success
+(``SuccessConditionMet``, value ``"0.475"``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
+
+from celpy import celtypes
+
+from tandem.api.celenv import CelError, compile_check, evaluate
+from tandem.api.pool import AnalysisSpec, EvalGate, MetricGate
+from tandem.api.pool_status import GateVerdict
+from tandem.api.quantity import parse_duration
+from tandem.core.promql import (
+    GateRole,
+    QueryRenderError,
+    QueryResult,
+    QueryStatus,
+    QueryVars,
+    gate_query_text,
+    gate_role,
+    parse_sample_value,
+    render_query,
+)
+
+Verdict = Literal["Success", "Failure", "NoData", "Error"]
+VERDICT_SUCCESS: Final = "Success"
+VERDICT_FAILURE: Final = "Failure"
+VERDICT_NO_DATA: Final = "NoData"
+VERDICT_ERROR: Final = "Error"
+
+# Success / Failure
+REASON_SUCCESS_CONDITION_MET: Final = "SuccessConditionMet"
+REASON_SUCCESS_CONDITION_NOT_MET: Final = "SuccessConditionNotMet"
+REASON_FAILURE_CONDITION_MET: Final = "FailureConditionMet"
+REASON_FAILURE_CONDITION_NOT_MET: Final = "FailureConditionNotMet"
+# NoData
+REASON_EMPTY: Final = "Empty"
+REASON_NAN: Final = "NaN"
+REASON_STALE: Final = "Stale"
+REASON_PARTIAL: Final = "Partial"
+REASON_TOO_EARLY: Final = "TooEarly"
+REASON_INCONCLUSIVE: Final = "Inconclusive"
+REASON_INVALID_QUERY_RESULT: Final = "InvalidQueryResult"
+BASELINE_PREFIX: Final = "Baseline"
+# Error
+REASON_INVALID_QUERY: Final = "InvalidQuery"
+REASON_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
+# Eval gate
+EVAL_GATE_NAME: Final = "eval"
+REASON_SCORE_AT_OR_ABOVE_THRESHOLD: Final = "ScoreAtOrAboveThreshold"
+REASON_SCORE_BELOW_THRESHOLD: Final = "ScoreBelowThreshold"
+REASON_EVAL_RUNNING: Final = "EvalRunning"
+REASON_EVAL_FAILED: Final = "EvalFailed"
+REASON_EVAL_NO_RESULT: Final = "EvalNoResult"
+REASON_EVAL_DEADLINE_EXCEEDED: Final = "EvalDeadlineExceeded"
+
+INVALID_QUERY_HTTP_STATUSES: Final = frozenset({400, 422})
+_VALUE_CHARS: Final = 64
+_CONDITION_CHARS: Final = 1024
+_QUERY_CHARS: Final = 4096
+_BASELINE_WORD = re.compile(r"\bbaseline\b")
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SampleWindow:
+    """When a sample counts: after the step started and its initial delay, and fresh.
+
+    ``now`` and ``step_started_at`` must be timezone-aware. ``rate_window_s`` is the range of the
+    query's ``rate()`` (the rendered ``${interval}``): the whole window must lie inside the step.
+    """
+
+    now: datetime
+    step_started_at: datetime
+    initial_delay_s: float = 0.0
+    max_age_s: float = 60.0
+    """2 × the scrape interval (testing.md §5)."""
+    rate_window_s: float = 0.0
+
+    @property
+    def not_before(self) -> datetime:
+        """The earliest sample timestamp that counts."""
+        return self.step_started_at + timedelta(seconds=max(self.initial_delay_s, self.rate_window_s))
+
+    @classmethod
+    def for_analysis(
+        cls,
+        spec: AnalysisSpec,
+        *,
+        now: datetime,
+        step_started_at: datetime,
+        scrape_interval_s: float,
+        rate_window_s: float = 0.0,
+    ) -> SampleWindow:
+        """The window of an analysis step: ``initialDelay`` from the spec, max age 2 × scrape interval."""
+        return cls(
+            now=now,
+            step_started_at=step_started_at,
+            initial_delay_s=parse_duration(spec.initial_delay),
+            max_age_s=2 * scrape_interval_s,
+            rate_window_s=rate_window_s,
+        )
+
+
+@dataclass(frozen=True)
+class GateQueries:
+    """The resolved queries of one gate."""
+
+    canary: str
+    baseline: str | None
+    """Set only when a condition reads ``baseline``."""
+
+
+def references_baseline(gate: MetricGate) -> bool:
+    """True when the success or failure condition reads the ``baseline`` variable."""
+    return any(_BASELINE_WORD.search(c) for c in (gate.success_condition, gate.failure_condition) if c)
+
+
+def resolve_gate_queries(
+    gate: MetricGate,
+    *,
+    namespace: str,
+    pool: str,
+    canary_revision: str,
+    stable_revision: str | None,
+    interval: str,
+) -> GateQueries:
+    """Render the gate's query for the canary (and for the stable revision when ``baseline`` is used).
+
+    Raises :class:`~tandem.core.promql.QueryRenderError`; turn it into a verdict with
+    :func:`invalid_query_verdict`.
+    """
+    text = gate_query_text(gate.template, gate.query)
+    role: GateRole = gate_role(gate.template, gate.role)
+    canary = render_query(text, QueryVars(namespace, pool, canary_revision, role, interval))
+    baseline = None
+    if references_baseline(gate):
+        if not stable_revision:
+            raise QueryRenderError("the condition reads baseline but there is no stable revision")
+        baseline = render_query(text, QueryVars(namespace, pool, stable_revision, role, interval))
+    return GateQueries(canary, baseline)
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+
+def condition_text(gate: MetricGate) -> str:
+    """The gate's conditions as shown in a verdict."""
+    parts = []
+    if gate.success_condition:
+        parts.append(f"success: {gate.success_condition}")
+    if gate.failure_condition:
+        parts.append(f"failure: {gate.failure_condition}")
+    return _clip("; ".join(parts), _CONDITION_CHARS)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _verdict(
+    name: str,
+    verdict: Verdict,
+    reason: str,
+    *,
+    value: str = "",
+    baseline: str = "",
+    condition: str = "",
+    query: str = "",
+    evaluated_at: datetime | None = None,
+) -> GateVerdict:
+    return GateVerdict(
+        name=name,
+        verdict=verdict,
+        reason=reason,
+        value=_clip(value, _VALUE_CHARS),
+        baseline=_clip(baseline, _VALUE_CHARS),
+        condition=_clip(condition, _CONDITION_CHARS),
+        query=_clip(query, _QUERY_CHARS),
+        evaluated_at=evaluated_at,
+    )
+
+
+def invalid_query_verdict(gate: MetricGate, *, query: str = "", now: datetime | None = None) -> GateVerdict:
+    """Error ``InvalidQuery`` for a gate whose query could not even be rendered."""
+    return _verdict(
+        gate.name,
+        VERDICT_ERROR,
+        REASON_INVALID_QUERY,
+        condition=condition_text(gate),
+        query=query or (gate.query or gate.template or ""),
+        evaluated_at=now,
+    )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One result after the validity rules: a value, or the verdict/reason that stops evaluation."""
+
+    value: float | None
+    shown: str  # what the verdict shows as the value
+    at: datetime | None
+    verdict: Verdict | None = None
+    reason: str = ""
+
+
+def _check(result: QueryResult, window: SampleWindow) -> _Checked:
+    if result.status in (QueryStatus.REFUSED, QueryStatus.TIMEOUT, QueryStatus.UNPARSABLE):
+        return _Checked(None, "", None, VERDICT_ERROR, REASON_METRICS_UNAVAILABLE)
+    if result.status is QueryStatus.HTTP_ERROR or result.http_status != 200:
+        if result.http_status in INVALID_QUERY_HTTP_STATUSES:
+            return _Checked(None, "", None, VERDICT_ERROR, REASON_INVALID_QUERY)
+        return _Checked(None, "", None, VERDICT_ERROR, REASON_METRICS_UNAVAILABLE)
+    if result.warnings:
+        return _Checked(None, "", None, VERDICT_NO_DATA, REASON_PARTIAL)
+    if result.result_type not in ("vector", "scalar"):
+        return _Checked(None, result.result_type, None, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT)
+    if not result.series:
+        return _Checked(None, "", None, VERDICT_NO_DATA, REASON_EMPTY)
+    if len(result.series) > 1:
+        return _Checked(None, f"{len(result.series)} series", None, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT)
+    sample = result.series[0]
+    try:
+        value = parse_sample_value(sample.value)
+        at = datetime.fromtimestamp(sample.timestamp, UTC)
+    except (ValueError, OverflowError, OSError):
+        return _Checked(None, str(sample.value), None, VERDICT_ERROR, REASON_METRICS_UNAVAILABLE)
+    if math.isnan(value):
+        return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_NAN)
+    if math.isinf(value):
+        return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT)
+    if at < window.not_before:
+        return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_TOO_EARLY)
+    if abs((window.now - at).total_seconds()) > window.max_age_s:
+        return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_STALE)
+    return _Checked(value, sample.value, at)
+
+
+def _severity(checked: _Checked, *, is_baseline: bool) -> int:
+    if checked.verdict == VERDICT_ERROR:
+        return 4 if checked.reason == REASON_INVALID_QUERY else 3
+    if checked.verdict == VERDICT_NO_DATA:
+        return 1 if is_baseline else 2
+    return 0
+
+
+def _condition_holds(condition: str, variables: Mapping[str, float]) -> bool | None:
+    """True/False, or None when the condition errors or is not boolean."""
+    try:
+        out = evaluate(condition, variables)
+    except CelError:
+        return None
+    if not isinstance(out, celtypes.BoolType):
+        return None
+    return bool(out)
+
+
+def evaluate_gate(
+    gate: MetricGate,
+    canary: QueryResult,
+    baseline: QueryResult | None,
+    window: SampleWindow,
+) -> GateVerdict:
+    """The verdict of one metric gate (rules in the module docstring).
+
+    ``baseline`` is the same query on the stable revision; it is required when a condition reads
+    ``baseline`` (:func:`references_baseline`) and ignored otherwise.
+    """
+    condition = condition_text(gate)
+    query = canary.query
+    uses_baseline = references_baseline(gate)
+    if uses_baseline and baseline is None:
+        raise ValueError(f"gate {gate.name}: the condition reads baseline but no baseline result was given")
+
+    def verdict(v: Verdict, reason: str, c: _Checked, b: _Checked | None) -> GateVerdict:
+        return _verdict(
+            gate.name,
+            v,
+            reason,
+            value=c.shown,
+            baseline=b.shown if b else "",
+            condition=condition,
+            query=query,
+            evaluated_at=c.at or window.now,
+        )
+
+    conditions = [t for t in (gate.success_condition, gate.failure_condition) if t]
+    if not conditions or any(compile_check(t) is not None for t in conditions):
+        # No condition at all (the CRD forbids it; a model built in code may not) or one that does not compile.
+        return verdict(VERDICT_ERROR, REASON_INVALID_QUERY, _Checked(None, "", None), None)
+
+    c = _check(canary, window)
+    b = _check(baseline, window) if uses_baseline and baseline is not None else None
+    worst_c = _severity(c, is_baseline=False)
+    worst_b = _severity(b, is_baseline=True) if b else 0
+    if worst_c or worst_b:
+        if worst_b > worst_c and b is not None and b.verdict is not None:
+            reason = b.reason if b.verdict == VERDICT_ERROR else BASELINE_PREFIX + b.reason
+            if b.verdict == VERDICT_ERROR and baseline is not None:
+                query = baseline.query
+            return verdict(b.verdict, reason, c, b)
+        assert c.verdict is not None
+        return verdict(c.verdict, c.reason, c, b)
+
+    assert c.value is not None
+    variables: dict[str, float] = {"result": c.value}
+    if b is not None and b.value is not None:
+        variables["baseline"] = b.value
+    failed = succeeded = None
+    if gate.failure_condition:
+        failed = _condition_holds(gate.failure_condition, variables)
+        if failed is None:
+            return verdict(VERDICT_ERROR, REASON_INVALID_QUERY, c, b)
+    if gate.success_condition:
+        succeeded = _condition_holds(gate.success_condition, variables)
+        if succeeded is None:
+            return verdict(VERDICT_ERROR, REASON_INVALID_QUERY, c, b)
+    if failed:
+        return verdict(VERDICT_FAILURE, REASON_FAILURE_CONDITION_MET, c, b)
+    if succeeded:
+        return verdict(VERDICT_SUCCESS, REASON_SUCCESS_CONDITION_MET, c, b)
+    if succeeded is None:  # only a failureCondition, and it did not hold
+        return verdict(VERDICT_SUCCESS, REASON_FAILURE_CONDITION_NOT_MET, c, b)
+    if failed is None:  # only a successCondition, and it did not hold
+        return verdict(VERDICT_FAILURE, REASON_SUCCESS_CONDITION_NOT_MET, c, b)
+    return verdict(VERDICT_NO_DATA, REASON_INCONCLUSIVE, c, b)
+
+
+def explain_verdict(v: GateVerdict) -> str:
+    """One line for Events and logs: ``ttft-p90 Failure (SuccessConditionNotMet): value=0.71 ...``."""
+    parts = [f"{v.name} {v.verdict}" + (f" ({v.reason})" if v.reason else "")]
+    if v.value:
+        parts.append(f"value={v.value}")
+    if v.baseline:
+        parts.append(f"baseline={v.baseline}")
+    if v.condition:
+        parts.append(f"[{v.condition}]")
+    return " ".join(parts)
+
+
+# --- eval gate ------------------------------------------------------------------------------------
+
+EvalJobState = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class EvalJobObservation:
+    """What the caller observed of the step's eval Job."""
+
+    name: str
+    state: EvalJobState
+    started_at: datetime
+    """When the Job was created (server time); the deadline counts from here."""
+    termination_message: str | None = None
+    """The eval container's termination message, ``{"score": <percent>}``."""
+
+
+def parse_eval_score(message: str | None) -> float | None:
+    """The score of ``{"score": <percent>}`` (a finite number in 0..100), else None."""
+    if not message:
+        return None
+    try:
+        doc = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    score = doc.get("score")
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        return None
+    score = float(score)
+    if not math.isfinite(score) or not 0 <= score <= 100:
+        return None
+    return score
+
+
+def evaluate_eval_gate(gate: EvalGate, job: EvalJobObservation, *, now: datetime) -> GateVerdict:
+    """Verdict of the eval gate (testing.md §5).
+
+    Succeeded with score ≥ ``minScorePercent`` → Success; lower → Failure; Failed, or Succeeded with no
+    parsable score → Error; Pending/Running → NoData until ``started_at + deadline``, then Error.
+
+    Example: ``minScorePercent: 98``, Job Succeeded with ``{"score": 98.4}`` → Success, value ``98.4``.
+    """
+    condition = f"score >= {gate.min_score_percent}"
+    query = f"job/{job.name}"
+
+    def verdict(v: Verdict, reason: str, value: str = "") -> GateVerdict:
+        return _verdict(EVAL_GATE_NAME, v, reason, value=value, condition=condition, query=query, evaluated_at=now)
+
+    if job.state == "Succeeded":
+        score = parse_eval_score(job.termination_message)
+        if score is None:
+            return verdict(VERDICT_ERROR, REASON_EVAL_NO_RESULT)
+        shown = f"{score:g}"
+        if score >= gate.min_score_percent:
+            return verdict(VERDICT_SUCCESS, REASON_SCORE_AT_OR_ABOVE_THRESHOLD, shown)
+        return verdict(VERDICT_FAILURE, REASON_SCORE_BELOW_THRESHOLD, shown)
+    if job.state == "Failed":
+        return verdict(VERDICT_ERROR, REASON_EVAL_FAILED)
+    if now >= job.started_at + timedelta(seconds=parse_duration(gate.deadline)):
+        return verdict(VERDICT_ERROR, REASON_EVAL_DEADLINE_EXCEEDED)
+    return verdict(VERDICT_NO_DATA, REASON_EVAL_RUNNING)
+
+
+__all__ = [
+    "BASELINE_PREFIX",
+    "EVAL_GATE_NAME",
+    "INVALID_QUERY_HTTP_STATUSES",
+    "REASON_EMPTY",
+    "REASON_EVAL_DEADLINE_EXCEEDED",
+    "REASON_EVAL_FAILED",
+    "REASON_EVAL_NO_RESULT",
+    "REASON_EVAL_RUNNING",
+    "REASON_FAILURE_CONDITION_MET",
+    "REASON_FAILURE_CONDITION_NOT_MET",
+    "REASON_INCONCLUSIVE",
+    "REASON_INVALID_QUERY",
+    "REASON_INVALID_QUERY_RESULT",
+    "REASON_METRICS_UNAVAILABLE",
+    "REASON_NAN",
+    "REASON_PARTIAL",
+    "REASON_SCORE_AT_OR_ABOVE_THRESHOLD",
+    "REASON_SCORE_BELOW_THRESHOLD",
+    "REASON_STALE",
+    "REASON_SUCCESS_CONDITION_MET",
+    "REASON_SUCCESS_CONDITION_NOT_MET",
+    "REASON_TOO_EARLY",
+    "VERDICT_ERROR",
+    "VERDICT_FAILURE",
+    "VERDICT_NO_DATA",
+    "VERDICT_SUCCESS",
+    "EvalJobObservation",
+    "EvalJobState",
+    "GateQueries",
+    "SampleWindow",
+    "Verdict",
+    "condition_text",
+    "evaluate_eval_gate",
+    "evaluate_gate",
+    "explain_verdict",
+    "invalid_query_verdict",
+    "parse_eval_score",
+    "references_baseline",
+    "resolve_gate_queries",
+]

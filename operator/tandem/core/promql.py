@@ -1,0 +1,567 @@
+"""PromQL for metric gates: built-in templates, variable rendering, and the shape of a query result.
+
+What it owns:
+
+- the **series label contract** below (the chart's scrape config, ``tandem sim`` and the test exporter
+  ``tandem.dev.exporter`` follow it, and every template relies on it);
+- the built-in gate templates on vLLM metric names (``TEMPLATES``);
+- rendering a gate's query with the fixed variable set ``${pool}``, ``${namespace}``, ``${revision}``,
+  ``${role}``, ``${interval}`` (:func:`render_query`);
+- the pure data a Prometheus instant query returns (:class:`QueryResult`) and the exact parser of the
+  HTTP API's JSON envelope (:func:`parse_query_response`), shared by the real adapter and the fake.
+
+What it must not do: any I/O, or import an HTTP or Kubernetes client. Values stay the raw strings
+Prometheus sent (``"NaN"``, ``"+Inf"``, ``"-Inf"``, ``"0.25"``); only :func:`parse_sample_value`
+turns one into a float, so the verdict rules in ``core.gates`` see exactly what Prometheus said.
+
+Series label contract
+---------------------
+Every engine series Tandem queries carries these **target labels**, attached by the scrape config
+(relabelled from the pod labels ``tandem.dev/*`` and the pod metadata), never by the engine itself:
+
+=============  ============================================================
+``namespace``  namespace of the pool (and of the pod)
+``pool``       InferencePool name (pod label ``tandem.dev/pool``)
+``revision``   stack revision id (pod label ``tandem.dev/revision``)
+``role``       ``prefill`` or ``decode`` (pod label ``tandem.dev/role``)
+``pair``       pair id, e.g. ``speed-p3`` (pod label ``tandem.dev/pair``)
+``pod``        pod name
+=============  ============================================================
+
+vLLM's own labels (``model_name``, ``engine``, ``finished_reason``...) come on top. Templates
+aggregate over everything but ``le``, so a template always returns at most one series per revision.
+
+Variables
+---------
+``${pool}``, ``${namespace}``, ``${revision}`` must appear inside a quoted label-matcher value
+(``pool="${pool}"``); their values are checked against the Kubernetes name/label syntax and escaped
+for the string (and, inside ``=~``/``!~``, for the regex). ``${role}`` is a regex (``prefill``,
+``decode``, or ``prefill|decode`` for ``any``) and must appear inside a regex matcher
+(``role=~"${role}"``). ``${interval}`` is a Prometheus duration (``30s``) written bare
+(``rate(x[${interval}])``). Any other ``${...}`` is an error, and so is a Grafana-style ``$pool``.
+
+Worked example::
+
+    render_query('sum(rate(vllm:request_success_total{pool="${pool}",role=~"${role}"}[${interval}]))',
+                 QueryVars(namespace="ml", pool="speed", revision="7f3a", role="any", interval="1m"))
+    == 'sum(rate(vllm:request_success_total{pool="speed",role=~"prefill|decode"}[1m]))'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+# --- series label contract ------------------------------------------------------------------------
+
+LABEL_NAMESPACE: Final = "namespace"
+LABEL_POOL: Final = "pool"
+LABEL_REVISION: Final = "revision"
+LABEL_ROLE: Final = "role"
+LABEL_PAIR: Final = "pair"
+LABEL_POD: Final = "pod"
+SERIES_LABELS: Final[tuple[str, ...]] = (LABEL_NAMESPACE, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, LABEL_PAIR, LABEL_POD)
+
+GateRole = Literal["prefill", "decode", "any"]
+ROLE_REGEX: Final[Mapping[str, str]] = {"prefill": "prefill", "decode": "decode", "any": "prefill|decode"}
+
+# --- vLLM metric names (integration.md §4, benchmarks.md §9) ---------------------------------------
+
+METRIC_TTFT_BUCKET: Final = "vllm:time_to_first_token_seconds_bucket"
+METRIC_TPOT_BUCKET: Final = "vllm:request_time_per_output_token_seconds_bucket"
+METRIC_REQUEST_SUCCESS: Final = "vllm:request_success_total"
+METRIC_PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
+METRIC_PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
+
+# --- templates ------------------------------------------------------------------------------------
+
+_SEL = 'namespace="${namespace}",pool="${pool}",revision="${revision}",role=~"${role}"'
+
+
+def _quantile(q: str, bucket: str) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({bucket}{{{_SEL}}}[${{interval}}])))"
+
+
+@dataclass(frozen=True)
+class GateTemplate:
+    """A built-in gate query. ``query`` still holds its ``${...}`` variables."""
+
+    name: str
+    query: str
+    role: GateRole
+    """Role the template reads when the gate's ``role`` is ``any`` (a gate's explicit prefill/decode wins)."""
+    unit: str
+    description: str
+
+
+TEMPLATES: Final[Mapping[str, GateTemplate]] = {
+    t.name: t
+    for t in (
+        GateTemplate(
+            "TTFTP90",
+            _quantile("0.9", METRIC_TTFT_BUCKET),
+            "decode",
+            "seconds",
+            "Time to first token, p90, on decode instances: in Mooncake P/D the router sends the decode request "
+            "with the prefill one, so the decode side's TTFT is close to what the user sees.",
+        ),
+        GateTemplate(
+            "TTFTP95",
+            _quantile("0.95", METRIC_TTFT_BUCKET),
+            "decode",
+            "seconds",
+            "Time to first token, p95, on decode instances.",
+        ),
+        GateTemplate(
+            "TPOTP90",
+            _quantile("0.9", METRIC_TPOT_BUCKET),
+            "decode",
+            "seconds",
+            "Per-request time per output token, p90 (16.7 ms ≈ 60 tokens/s for 90 % of users).",
+        ),
+        GateTemplate(
+            "TokensPerSecondPerUser",
+            f"1 / {_quantile('0.9', METRIC_TPOT_BUCKET)}",
+            "decode",
+            "tokens/s",
+            "Decode speed per user: 1 / TPOT p90 (the speed 90 % of users get at least).",
+        ),
+        GateTemplate(
+            "ErrorRate",
+            # `or vector(0)`: a revision whose error series was never created (older vLLM) reads 0 errors,
+            # while an unscraped revision still gives an empty result (the denominator is empty).
+            f'(sum(rate({METRIC_REQUEST_SUCCESS}{{{_SEL},finished_reason="error"}}[${{interval}}])) or vector(0))'
+            f" / sum(rate({METRIC_REQUEST_SUCCESS}{{{_SEL}}}[${{interval}}]))",
+            "decode",
+            "ratio",
+            "Share of finished requests with finished_reason=error (engine-side errors; 0-1). Decode instances "
+            "finish every user request; a failed prefill shows up there as a KV load failure.",
+        ),
+        GateTemplate(
+            "LocalKVHitRatio",
+            f"sum(rate({METRIC_PREFIX_CACHE_HITS}{{{_SEL}}}[${{interval}}]))"
+            f" / sum(rate({METRIC_PREFIX_CACHE_QUERIES}{{{_SEL}}}[${{interval}}]))",
+            "prefill",
+            "ratio",
+            "Prompt tokens served from the prefill instance's own prefix cache (0-1).",
+        ),
+    )
+}
+
+# --- rendering ------------------------------------------------------------------------------------
+
+VARIABLES: Final[tuple[str, ...]] = ("pool", "namespace", "revision", "role", "interval")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # RFC 1123 label (pool, namespace)
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")  # revision
+_PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_REGEX_META = set(r"\.+*?()|[]{}^$")
+
+
+class QueryRenderError(ValueError):
+    """A query cannot be rendered: unknown or misplaced variable, bad value, or no query at all."""
+
+
+@dataclass(frozen=True)
+class QueryVars:
+    """Values of the query variables for one revision."""
+
+    namespace: str
+    pool: str
+    revision: str
+    role: GateRole = "any"
+    interval: str = "1m"
+    """Range of ``rate()`` windows, a Prometheus duration; see :func:`compute_rate_window`."""
+
+
+def _regex_escape(value: str) -> str:
+    return "".join("\\" + ch if ch in _REGEX_META else ch for ch in value)
+
+
+def _string_escape(value: str, quote: str) -> str:
+    if quote == "`":
+        if "`" in value:
+            raise QueryRenderError("a variable value inside a `raw string` cannot contain a backtick")
+        return value
+    out = value.replace("\\", "\\\\").replace(quote, "\\" + quote)
+    return out.replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _check_values(variables: QueryVars) -> dict[str, str]:
+    if not _NAME.match(variables.namespace) or len(variables.namespace) > 63:
+        raise QueryRenderError(f"namespace {variables.namespace!r} is not a Kubernetes name")
+    if not _NAME.match(variables.pool) or len(variables.pool) > 63:
+        raise QueryRenderError(f"pool {variables.pool!r} is not a Kubernetes name")
+    if not _LABEL_VALUE.match(variables.revision) or len(variables.revision) > 63:
+        raise QueryRenderError(f"revision {variables.revision!r} is not a label value")
+    if variables.role not in ROLE_REGEX:
+        raise QueryRenderError(f"role {variables.role!r} is not prefill, decode or any")
+    if not _PROM_DURATION.match(variables.interval):
+        raise QueryRenderError(f"interval {variables.interval!r} is not a Prometheus duration such as 30s or 1m")
+    return {
+        "namespace": variables.namespace,
+        "pool": variables.pool,
+        "revision": variables.revision,
+        "role": ROLE_REGEX[variables.role],
+        "interval": variables.interval,
+    }
+
+
+def render_query(text: str, variables: QueryVars) -> str:
+    """Substitute ``${...}`` variables in ``text``; raise :class:`QueryRenderError` on any misuse.
+
+    A small scanner tracks PromQL strings (``"..."``, ``'...'``, backticks) and ``#`` comments, so each
+    placeholder is escaped for the place it sits in (see the module docstring for the rules).
+    """
+    if not text or not text.strip():
+        raise QueryRenderError("the query is empty")
+    values = _check_values(variables)
+    out: list[str] = []
+    i, n = 0, len(text)
+    quote: str | None = None  # the open string's quote character
+    regex_string = False  # the open string is the value of a =~ or !~ matcher
+    while i < n:
+        ch = text[i]
+        if ch == "$":
+            m = _PLACEHOLDER.match(text, i)
+            if m is not None:
+                out.append(_substitute(m.group(1), values, quote, regex_string))
+                i = m.end()
+                continue
+            if text.startswith("${", i):
+                raise QueryRenderError(f"malformed variable at offset {i}: {text[i : i + 20]!r}; write ${{name}}")
+            if i + 1 < n and (text[i + 1].isalpha() or text[i + 1] == "_"):
+                raise QueryRenderError(f"write variables as ${{name}}, not {text[i : i + 12]!r}")
+            out.append(ch)
+            i += 1
+            continue
+        if quote is None:
+            if ch == "#":  # a comment runs to the end of the line
+                end = text.find("\n", i)
+                end = n if end < 0 else end
+                out.append(text[i:end])
+                i = end
+                continue
+            if ch in "\"'`":
+                quote = ch
+                regex_string = re.search(r"[=!]~\s*$", text[:i]) is not None
+        elif ch == "\\" and quote != "`" and i + 1 < n:
+            out.append(text[i : i + 2])  # an escape pair: never ends the string
+            i += 2
+            continue
+        elif ch == quote:
+            quote = None
+        out.append(ch)
+        i += 1
+    if quote is not None:
+        raise QueryRenderError("unterminated string in the query")
+    return "".join(out)
+
+
+def _substitute(name: str, values: Mapping[str, str], quote: str | None, regex_string: bool) -> str:
+    if name not in values:
+        raise QueryRenderError(
+            f"unknown variable ${{{name}}}; the variables are " + ", ".join(f"${{{v}}}" for v in VARIABLES)
+        )
+    value = values[name]
+    if name == "interval":
+        return _string_escape(value, quote) if quote else value
+    if quote is None:
+        example = 'role=~"${role}"' if name == "role" else f'{name}="${{{name}}}"'
+        raise QueryRenderError(f"${{{name}}} must be inside a quoted label matcher value, e.g. {example}")
+    if name == "role":
+        if not regex_string:
+            raise QueryRenderError('${role} is a regex (prefill|decode for any): use it as role=~"${role}"')
+        return _string_escape(value, quote)
+    return _string_escape(_regex_escape(value) if regex_string else value, quote)
+
+
+def gate_query_text(template: str | None, query: str | None) -> str:
+    """The unrendered query of a gate: its template's text, else its own query."""
+    if template:
+        if template not in TEMPLATES:
+            raise QueryRenderError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
+        return TEMPLATES[template].query
+    if query is None or not query.strip():
+        raise QueryRenderError("the gate has neither a template nor a query")
+    return query
+
+
+def gate_role(template: str | None, role: GateRole) -> GateRole:
+    """Role a gate reads: an explicit prefill/decode wins, ``any`` on a template means the template's role."""
+    if template and role == "any" and template in TEMPLATES:
+        return TEMPLATES[template].role
+    return role
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as a Prometheus duration, rounded up to whole milliseconds (``90`` → ``1m30s``)."""
+    ms = math.ceil(seconds * 1000 - 1e-6)
+    if ms <= 0:
+        raise ValueError("a duration must be > 0")
+    if ms % 1000:
+        return f"{ms}ms"
+    s = ms // 1000
+    hours, rest = divmod(s, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{secs}s" if secs else ""]
+    return "".join(parts)
+
+
+_PROM_UNITS: Final[Mapping[str, float]] = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31536000.0,
+}
+_PROM_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+
+
+def parse_prom_duration(text: str) -> float:
+    """A Prometheus duration (``1m30s``, ``500ms``, ``2d``) in seconds; raises ``ValueError``."""
+    if not _PROM_DURATION.match(text):
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return sum(int(n) * _PROM_UNITS[unit] for n, unit in _PROM_PART.findall(text))
+
+
+def compute_rate_window(interval_s: float, scrape_interval_s: float) -> str:
+    """The ``${interval}`` for rate windows: the analysis interval, but at least 4 scrape intervals.
+
+    ``rate()`` needs two samples inside its window; four scrapes leave room for one missed scrape and
+    the alignment of the window. Example: interval 30 s, scrape 15 s → ``1m``; scrape 5 s → ``30s``.
+    Set ``initialDelay`` at least this long, or the first samples are refused as too early
+    (``core.gates``: a sample's whole window must lie inside the step).
+    """
+    return format_duration(max(interval_s, 4 * scrape_interval_s))
+
+
+# --- query results --------------------------------------------------------------------------------
+
+
+class QueryStatus(StrEnum):
+    """How a query ended, before any judgement of its values."""
+
+    OK = "ok"
+    """HTTP 200 with a well-formed success envelope."""
+    HTTP_ERROR = "http_error"
+    """Any other HTTP status (``http_status`` says which)."""
+    TIMEOUT = "timeout"
+    """No complete answer within the client timeout."""
+    REFUSED = "refused"
+    """No HTTP answer at all: connection refused or reset, DNS failure, TLS failure, unreadable credentials."""
+    UNPARSABLE = "unparsable"
+    """HTTP 200, but the body is not the Prometheus JSON envelope (or a value is not a number)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of an instant query result."""
+
+    labels: Mapping[str, str]
+    timestamp: float
+    """Unix seconds of the sample (for an instant vector, the evaluation time Prometheus used)."""
+    value: str
+    """The value exactly as Prometheus returned it: ``"0.25"``, ``"NaN"``, ``"+Inf"``, ``"-Inf"``."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The outcome of one instant query (pure data; filled by an adapter or a fake)."""
+
+    status: QueryStatus
+    query: str = ""
+    """The query as sent (resolved variables)."""
+    http_status: int | None = None
+    warnings: tuple[str, ...] = ()
+    """Prometheus ``warnings`` (partial data); any warning makes the result NoData."""
+    infos: tuple[str, ...] = ()
+    """Prometheus ``infos`` annotations (informational, newer servers); never affect a verdict."""
+    result_type: str = ""
+    """``vector``, ``scalar``, ``matrix`` or ``string``."""
+    series: tuple[Series, ...] = ()
+    error: str = ""
+    """Why it failed: Prometheus ``errorType: error`` or the client's exception, at most 512 characters."""
+    elapsed_s: float | None = None
+    """Wall time of the call, when the adapter measured it."""
+
+
+MAX_ERROR_CHARS: Final = 512
+_NUMBER = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+
+
+def parse_sample_value(text: str) -> float:
+    """A Prometheus sample value string as a float, exactly: ``NaN``, ``+Inf``/``Inf``, ``-Inf`` or a decimal.
+
+    Stricter than ``float()``: no whitespace, underscores, ``infinity`` or hex. Raises ``ValueError``.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"sample value must be a string, got {type(text).__name__}")
+    lowered = text.lower()
+    if lowered == "nan":
+        return math.nan
+    if lowered in ("+inf", "inf"):
+        return math.inf
+    if lowered == "-inf":
+        return -math.inf
+    if not _NUMBER.match(text):
+        raise ValueError(f"not a Prometheus sample value: {text[:40]!r}")
+    return float(text)
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings")
+    return tuple(value)
+
+
+def _sample(pair: Any) -> tuple[float, str]:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError("a sample must be [timestamp, value]")
+    ts, value = pair
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        raise ValueError("a sample timestamp must be a finite number")
+    parse_sample_value(value)
+    return float(ts), value
+
+
+def _labels(metric: Any) -> dict[str, str]:
+    if metric is None:
+        return {}
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        raise ValueError("series labels must be a map of strings")
+    return dict(metric)
+
+
+def _series(result_type: str, result: Any) -> tuple[Series, ...]:
+    if result_type in ("scalar", "string"):
+        if result_type == "string":
+            if not isinstance(result, list) or len(result) != 2 or not isinstance(result[1], str):
+                raise ValueError("a string result must be [timestamp, string]")
+            return (Series({}, float(result[0]), result[1]),)
+        ts, value = _sample(result)
+        return (Series({}, ts, value),)
+    if not isinstance(result, list):
+        raise ValueError("result must be a list")
+    out: list[Series] = []
+    for item in result:
+        if not isinstance(item, dict):
+            raise ValueError("each series must be an object")
+        labels = _labels(item.get("metric"))
+        if result_type == "vector":
+            if "value" not in item:
+                raise ValueError("a vector series without a float value (native histogram?) is not supported")
+            ts, value = _sample(item["value"])
+        else:  # matrix: keep the newest sample
+            values = item.get("values")
+            if not isinstance(values, list) or not values:
+                raise ValueError("a matrix series must have values")
+            ts, value = _sample(values[-1])
+        out.append(Series(labels, ts, value))
+    return tuple(out)
+
+
+def parse_query_response(http_status: int, body: bytes | str, *, query: str = "") -> QueryResult:
+    """Parse the answer of ``GET /api/v1/query`` (pure). Never raises.
+
+    HTTP 200 must carry ``{"status": "success", "data": {"resultType", "result"}}`` with well-formed
+    samples, else the result is ``UNPARSABLE``. Any other HTTP status is ``HTTP_ERROR`` with the
+    Prometheus ``error`` text when the body has one.
+    """
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        doc = None
+        decode_error = str(exc)
+    else:
+        decode_error = ""
+    if http_status != 200:
+        error = ""
+        warnings: tuple[str, ...] = ()
+        if isinstance(doc, dict):
+            error = f"{doc.get('errorType', '')}: {doc.get('error', '')}".strip(": ")
+            try:
+                warnings = _strings(doc.get("warnings"), "warnings")
+            except ValueError:
+                warnings = ()
+        elif isinstance(body, bytes | str):
+            error = (body.decode(errors="replace") if isinstance(body, bytes) else body).strip()
+        return QueryResult(
+            QueryStatus.HTTP_ERROR,
+            query=query,
+            http_status=http_status,
+            warnings=warnings,
+            error=_bounded(error or f"HTTP {http_status}"),
+        )
+    try:
+        if doc is None:
+            raise ValueError(f"body is not JSON: {decode_error}")
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise ValueError("HTTP 200 without status=success")
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            raise ValueError("no data object")
+        result_type = data.get("resultType")
+        if result_type not in ("vector", "scalar", "matrix", "string"):
+            raise ValueError(f"unknown resultType {result_type!r}")
+        series = _series(result_type, data.get("result"))
+        warnings = _strings(doc.get("warnings"), "warnings")
+        infos = _strings(doc.get("infos"), "infos")
+    except (ValueError, TypeError) as exc:
+        return QueryResult(QueryStatus.UNPARSABLE, query=query, http_status=200, error=_bounded(str(exc)))
+    return QueryResult(
+        QueryStatus.OK,
+        query=query,
+        http_status=200,
+        warnings=warnings,
+        infos=infos,
+        result_type=result_type,
+        series=series,
+    )
+
+
+__all__ = [
+    "LABEL_NAMESPACE",
+    "LABEL_PAIR",
+    "LABEL_POD",
+    "LABEL_POOL",
+    "LABEL_REVISION",
+    "LABEL_ROLE",
+    "METRIC_PREFIX_CACHE_HITS",
+    "METRIC_PREFIX_CACHE_QUERIES",
+    "METRIC_REQUEST_SUCCESS",
+    "METRIC_TPOT_BUCKET",
+    "METRIC_TTFT_BUCKET",
+    "ROLE_REGEX",
+    "SERIES_LABELS",
+    "TEMPLATES",
+    "VARIABLES",
+    "GateRole",
+    "GateTemplate",
+    "QueryRenderError",
+    "QueryResult",
+    "QueryStatus",
+    "QueryVars",
+    "Series",
+    "compute_rate_window",
+    "format_duration",
+    "gate_query_text",
+    "gate_role",
+    "parse_prom_duration",
+    "parse_query_response",
+    "parse_sample_value",
+    "render_query",
+]

@@ -1,0 +1,172 @@
+"""Metric gates end to end: the test exporter scraped by the cluster's real Prometheus, gates evaluated
+through the real adapter (testing.md §5, R-01..R-04; the metric-gate half of issue 6).
+
+One exporter serves six revisions of one pool: the stable one and a good canary behave alike; ``slow``
+has TTFT × 1.5, ``errors`` ends 5 % of requests in errors, ``idle`` has no traffic (0/0 = NaN) and
+``hidden`` is never registered with Prometheus (empty result). The series carry the label contract
+as file_sd target labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tandem.adapters.prometheus import GateTarget, MetricsProvider, PrometheusProvider, evaluate_metric_gates
+from tandem.api.pool import AnalysisSpec, MetricGate
+from tandem.api.pool_status import GateVerdict
+from tandem.core.promql import compute_rate_window
+from tandem.dev.exporter import Behaviour, Exporter, make_pair_pods
+from tandem.dev.prometheus import PrometheusServer, free_port
+
+if TYPE_CHECKING:
+    from conftest import ScrapeTarget
+
+pytestmark = pytest.mark.cluster
+
+POOL = "speed"
+STABLE, GOOD, SLOW, ERRORS, IDLE, HIDDEN = "stable1", "good2", "slow3", "errors4", "idle5", "hidden6"
+WINDOW_S = 15.0  # rate window: ~300 decode requests per revision at 20 req/s
+TIMEOUT_S = 5.0
+
+TTFT = MetricGate(name="ttft-p90", template="TTFTP90", success_condition="result <= 0.5")
+TTFT_VS_STABLE = MetricGate(name="ttft-vs-stable", template="TTFTP90", success_condition="result <= baseline * 1.2")
+ERROR_RATE = MetricGate(name="errors", template="ErrorRate", failure_condition="result > 0.01")
+MULTI = MetricGate(
+    name="running",
+    query='vllm:num_requests_running{namespace="${namespace}",pool="${pool}",revision="${revision}",role=~"${role}"}',
+    success_condition="result < 1000.0",
+)
+SPEC = AnalysisSpec(interval="20s", timeout="5s", initial_delay="0s")
+
+
+@pytest.fixture
+def fleet(scrape_target: ScrapeTarget) -> Iterator[tuple[Exporter, str, datetime]]:
+    """The exporter with six revisions (one pair each, two for stable); all but HIDDEN registered."""
+    namespace = f"mg-{secrets.token_hex(4)}"  # unique: the session's Prometheus keeps earlier tests' series
+    exporter = Exporter(seed=20260101, tick_s=0.25, default=Behaviour(request_rate=20.0))
+    exporter.add_pods(make_pair_pods(namespace=namespace, pool=POOL, revision=STABLE, pairs=2))
+    for i, revision in enumerate((GOOD, SLOW, ERRORS, IDLE, HIDDEN)):
+        exporter.add_pods(make_pair_pods(namespace=namespace, pool=POOL, revision=revision, pairs=1, start=2 + i))
+    exporter.set_revision(SLOW, ttft_multiplier=1.5)
+    exporter.set_revision(ERRORS, error_rate=0.05)
+    exporter.set_revision(IDLE, request_rate=0.0)
+    exporter.start()
+    try:
+        for pod in exporter.pods:
+            if pod.revision != HIDDEN:
+                targets, labels = exporter.target(pod.name)
+                scrape_target(targets, labels)
+        yield exporter, namespace, datetime.now(UTC)
+    finally:
+        exporter.stop()
+
+
+def _evaluate(
+    provider: MetricsProvider, gate: MetricGate, *, namespace: str, canary: str, started: datetime, scrape_s: float
+) -> GateVerdict:
+    target = GateTarget(
+        namespace=namespace,
+        pool=POOL,
+        canary_revision=canary,
+        stable_revision=STABLE,
+        interval=compute_rate_window(WINDOW_S, scrape_s),
+        timeout_s=TIMEOUT_S,
+    )
+    (verdict,) = asyncio.run(
+        evaluate_metric_gates(
+            provider,
+            [gate],
+            target,
+            analysis=SPEC,
+            step_started_at=started,
+            scrape_interval_s=scrape_s,
+            clock=lambda: datetime.now(UTC),
+        )
+    )
+    return verdict
+
+
+def _wait_for_full_windows(
+    provider: MetricsProvider, namespace: str, started: datetime, scrape_s: float, timeout_s: float = 90
+) -> None:
+    """Until the stable revision's TTFT is a Success: targets scraped and a whole rate window inside the step."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = _evaluate(provider, TTFT, namespace=namespace, canary=STABLE, started=started, scrape_s=scrape_s)
+        if last.verdict == "Success":
+            return
+        time.sleep(1.0)
+    pytest.fail(f"the stable revision never produced a Success within {timeout_s:.0f} s; last verdict: {last}")
+
+
+def test_gates_on_real_prometheus(prometheus: PrometheusServer, fleet: tuple[Exporter, str, datetime]) -> None:
+    _, namespace, started = fleet
+    scrape_s = prometheus.scrape_interval_s
+    with PrometheusProvider(prometheus.url) as provider:
+        # Before a whole window lies inside the step, no verdict can be a pass (TooEarly, or not scraped yet).
+        early = _evaluate(provider, TTFT, namespace=namespace, canary=GOOD, started=started, scrape_s=scrape_s)
+        assert early.verdict == "NoData", early
+
+        _wait_for_full_windows(provider, namespace, started, scrape_s)
+        cases = [
+            (TTFT, GOOD, "Success", "SuccessConditionMet"),
+            (TTFT, SLOW, "Failure", "SuccessConditionNotMet"),
+            (TTFT_VS_STABLE, GOOD, "Success", "SuccessConditionMet"),
+            (TTFT_VS_STABLE, SLOW, "Failure", "SuccessConditionNotMet"),
+            (ERROR_RATE, GOOD, "Success", "FailureConditionNotMet"),
+            (ERROR_RATE, ERRORS, "Failure", "FailureConditionMet"),
+            (TTFT, IDLE, "NoData", "NaN"),
+            (ERROR_RATE, IDLE, "NoData", "NaN"),
+            (TTFT, HIDDEN, "NoData", "Empty"),
+            (TTFT_VS_STABLE, HIDDEN, "NoData", "Empty"),
+            (MULTI, GOOD, "NoData", "InvalidQueryResult"),
+        ]
+        got = {
+            (gate.name, canary): _evaluate(
+                provider, gate, namespace=namespace, canary=canary, started=started, scrape_s=scrape_s
+            )
+            for gate, canary, _, _ in cases
+        }
+    failures = [
+        f"{gate.name} on {canary}: want {want_v}/{want_r}, got {v.verdict}/{v.reason} value={v.value!r} "
+        f"baseline={v.baseline!r} query={v.query}"
+        for gate, canary, want_v, want_r in cases
+        if ((v := got[(gate.name, canary)]).verdict, v.reason) != (want_v, want_r)
+    ]
+    assert not failures, "\n".join(failures)
+
+    good = got[(TTFT.name, GOOD)]
+    slow = got[(TTFT.name, SLOW)]
+    assert 0.25 < float(good.value) <= 0.5 < float(slow.value) <= 0.75  # vLLM buckets interpolate inside (0.5, 0.75]
+    assert float(got[(ERROR_RATE.name, ERRORS)].value) == pytest.approx(0.05, abs=0.03)
+    assert float(got[(ERROR_RATE.name, GOOD)].value) == 0.0
+    # Every verdict is explained: value, baseline (when used), condition and the resolved query.
+    vs_stable = got[(TTFT_VS_STABLE.name, SLOW)]
+    assert vs_stable.baseline and vs_stable.condition == "success: result <= baseline * 1.2"
+    assert f'namespace="{namespace}",pool="{POOL}",revision="{SLOW}",role=~"decode"' in vs_stable.query
+    assert good.evaluated_at is not None and abs(good.evaluated_at - datetime.now(UTC)) < timedelta(seconds=60)
+
+
+def test_unreachable_prometheus_is_an_error() -> None:
+    """Prometheus stopped: nothing listens on its port (R-04 MetricsUnavailable)."""
+    with PrometheusProvider(f"http://127.0.0.1:{free_port()}") as provider:
+        start = time.monotonic()
+        verdict = _evaluate(
+            provider,
+            TTFT,
+            namespace="mg-none",
+            canary=GOOD,
+            started=datetime.now(UTC) - timedelta(minutes=5),
+            scrape_s=1.0,
+        )
+        elapsed = time.monotonic() - start
+    assert (verdict.verdict, verdict.reason) == ("Error", "MetricsUnavailable")
+    assert elapsed < TIMEOUT_S

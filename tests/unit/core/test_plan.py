@@ -1,0 +1,199 @@
+"""The pool planner: pairs, placement, scaling, drain, repair, idempotence (pure, table + property)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.support.factories import World, make_nodes, make_pool
+
+from tandem.core import conditions as c
+from tandem.core.plan import plan_pool
+from tandem.routing.table import PairState
+
+pytestmark = pytest.mark.unit
+
+
+def condition(world: World, kind: str) -> tuple[str, str]:
+    assert world.pool.status is not None
+    cond = c.find(world.pool.status.conditions, kind)
+    assert cond is not None
+    return cond.status, cond.reason
+
+
+def pods_by_pair(world: World) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for pod in world.pods.values():
+        assert pod.pair_index is not None
+        out.setdefault(pod.pair_index, []).append(pod.name)
+    return out
+
+
+def test_plan_creates_every_pair_on_one_node_each() -> None:
+    world = World(make_pool().pairs(3).obj(), make_nodes(4))
+    plan = world.tick()
+    assert len(plan.creates) == 6
+    nodes_per_pair = {c.pair: set() for c in plan.creates}
+    for create in plan.creates:
+        nodes_per_pair[create.pair].add(create.node)
+    assert all(len(nodes) == 1 for nodes in nodes_per_pair.values())
+    assert len({next(iter(n)) for n in nodes_per_pair.values()}) == 3
+    assert [p.state for p in plan.routing.pairs] == [PairState.WARMING] * 3
+
+
+def test_plan_spreads_pairs_across_zones() -> None:
+    world = World(make_pool().pairs(4).obj(), make_nodes(8, zones=2))
+    plan = world.tick()
+    zones = Counter(
+        next(n.labels["topology.kubernetes.io/zone"] for n in world.nodes if n.name == c.node)
+        for c in plan.creates
+        if c.role == "prefill"
+    )
+    assert zones == {"zone-a": 2, "zone-b": 2}
+
+
+def test_converged_pool_plans_nothing_and_keeps_status() -> None:
+    world = World(make_pool().pairs(3).obj(), make_nodes(4))
+    world.run_until(lambda w: w.ready_pairs() == 3)
+    world.tick()
+    before = world.pool.status
+    plan = plan_pool(world.snapshot())
+    assert (plan.creates, plan.deletes, plan.rollout_first, plan.events) == ((), (), None, ())
+    assert plan.status == before
+    assert plan.routing == world.routing
+    assert plan.requeue_after == 300.0
+    assert condition(world, c.CONDITION_READY) == ("True", c.REASON_ALL_PAIRS_READY)
+
+
+def test_one_prefill_three_decode_pairs_stay_in_one_zone() -> None:
+    world = World(make_pool().pairs(2, ratio=(1, 3)).obj(), make_nodes(8, zones=2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    for pair, names in pods_by_pair(world).items():
+        assert len(names) == 4, pair
+        zones = {
+            next(n.labels["topology.kubernetes.io/zone"] for n in world.nodes if n.name == world.pods[name].node)
+            for name in names
+        }
+        assert len(zones) == 1
+    roles = Counter(p.role for p in world.pods.values())
+    assert roles == {"prefill": 2, "decode": 6}
+
+
+def test_scale_down_drains_before_deleting() -> None:
+    builder = make_pool().pairs(4)
+    world = World(builder.obj(), make_nodes(4))
+    world.run_until(lambda w: w.ready_pairs() == 4)
+    world.set_spec(builder.pairs(2))
+    plan = world.tick()
+    assert plan.deletes == ()
+    draining = [p for p in plan.routing.pairs if p.state is PairState.DRAINING]
+    assert sorted(p.index for p in draining) == [2, 3]
+    assert all(p.draining_since for p in draining)
+    assert world.pool.status is not None and world.pool.status.pairs.draining == 2
+    # drainTimeout is 30s: nothing deleted before it, everything after.
+    for _ in range(4):
+        assert world.tick(5).deletes == ()
+    world.run_until(lambda w: len(w.pods) == 4, seconds=5)
+    assert sorted(pods_by_pair(world)) == [0, 1]
+
+
+def test_gpus_exhausted_bounds_pending_and_keeps_serving_pairs() -> None:
+    builder = make_pool().pairs(2)
+    world = World(builder.obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    serving = {p.name: p.uid for p in world.pods.values()}
+    world.set_spec(builder.pairs(6))
+    for _ in range(10):
+        world.tick()
+    pending = [p for p in world.pods.values() if p.node is None]
+    assert len(pending) <= 2  # maxSurge 1 pair x 2 pods
+    assert all(world.pods[name].uid == uid for name, uid in serving.items())
+    assert condition(world, c.CONDITION_DEGRADED) == ("True", c.REASON_INSUFFICIENT_GPU)
+    assert condition(world, c.CONDITION_READY)[0] == "False"
+
+
+def test_deleted_pod_is_recreated_with_same_name_on_partner_node() -> None:
+    world = World(make_pool().pairs(2).obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    victim = world.pods["speed-p1-decode-0"]
+    partner = world.pods["speed-p1-prefill-0"]
+    world.delete_pod(victim.name)
+    plan = world.tick()
+    assert [(c.pair, c.role, c.instance, c.node, c.revision) for c in plan.creates] == [
+        (1, "decode", 0, partner.node, victim.revision)
+    ]
+    world.run_until(lambda w: w.ready_pairs() == 2)
+
+
+def test_lost_node_pair_is_replaced_elsewhere() -> None:
+    world = World(make_pool().pairs(2).obj(), make_nodes(3))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    lost = world.pods["speed-p0-prefill-0"].node
+    assert lost is not None
+    world.remove_node(lost)
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    assert all(p.node != lost for p in world.pods.values())
+
+
+def test_half_pair_is_replaced_after_orphan_timeout() -> None:
+    builder = make_pool().pairs(1).set("spec.pairs.orphanTimeout", "60s")
+    world = World(builder.obj(), make_nodes(1))
+    world.run_until(lambda w: w.ready_pairs() == 1)
+    # decode lost and its GPUs taken by something else: it cannot come back on the partner's node
+    world.delete_pod("speed-p0-decode-0")
+    world.nodes = [n.__class__(name=n.name, labels=n.labels, allocatable={"amd.com/gpu": 4}) for n in world.nodes]
+    plans = [world.tick(10) for _ in range(8)]
+    assert any(d.name == "speed-p0-prefill-0" for p in plans for d in p.deletes)
+    assert condition(world, c.CONDITION_READY)[0] == "False"
+
+
+def test_scale_to_zero_is_ready() -> None:
+    builder = make_pool().pairs(1)
+    world = World(builder.obj(), make_nodes(1))
+    world.run_until(lambda w: w.ready_pairs() == 1)
+    world.set_spec(builder.pairs(0))
+    world.run_until(lambda w: not w.pods, seconds=10)
+    assert condition(world, c.CONDITION_READY) == ("True", c.REASON_SCALED_TO_ZERO)
+
+
+def test_status_reports_selector_and_counts() -> None:
+    world = World(make_pool("pool-a").pairs(2).obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    status = world.pool.status
+    assert status is not None
+    assert status.selector == "tandem.dev/component=engine,tandem.dev/pool=pool-a"
+    assert (status.replicas, status.pairs.ready, status.pairs.summary) == (2, 2, "2/2")
+    assert status.revisions.stable is not None and status.revisions.stable.version == "v1"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    replicas=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=4),
+    ratio=st.sampled_from([(1, 1), (1, 2), (2, 1)]),
+    nodes=st.integers(min_value=2, max_value=8),
+)
+def test_planner_invariants_under_scaling(replicas: list[int], ratio: tuple[int, int], nodes: int) -> None:
+    """Ratio kept, pairs never mix revisions, pending bounded by surge, quiet once converged."""
+    builder = make_pool().pairs(replicas[0], ratio=ratio)
+    world = World(builder.obj(), make_nodes(nodes))
+    for target in replicas:
+        world.set_spec(builder.pairs(target, ratio=ratio))
+        for _ in range(20):
+            world.tick(10)
+            pending_pairs = {p.pair_index for p in world.pods.values() if p.node is None and not p.deleting}
+            assert len(pending_pairs) <= 1  # maxSurge
+            for pair, names in pods_by_pair(world).items():
+                assert len({world.pods[n].revision for n in names}) == 1
+                roles = Counter(world.pods[n].role for n in names)
+                assert roles["prefill"] <= ratio[0] and roles["decode"] <= ratio[1], pair
+    # at rest: a second pass over the same world changes nothing
+    again = plan_pool(world.snapshot())
+    if (
+        not any(p.node is None for p in world.pods.values())
+        and world.pool.status
+        and world.pool.status.pairs.draining == 0
+    ):
+        assert (again.creates, again.deletes) == ((), ())
+        assert again.status == world.pool.status
