@@ -25,7 +25,7 @@ setup: $(STAMP) ## create the virtualenv and install Tandem with its dev tools (
 
 generate: setup ## render crds/ (and the chart's copy) from the API models
 	@$(TANDEM) crds
-	@if [ -d charts/tandem/crds ]; then cp crds/*.yaml charts/tandem/crds/; echo "copied to charts/tandem/crds/"; fi
+	@mkdir -p charts/tandem/files/crds && rm -f charts/tandem/files/crds/*.yaml && cp crds/*.yaml charts/tandem/files/crds/ && echo "copied to charts/tandem/files/crds/"
 
 verify: generate ## regenerate, then fail if anything differs from what is committed
 	@git diff --exit-code -- crds charts || { echo "generated files drifted: commit the output of 'make generate'"; exit 1; }

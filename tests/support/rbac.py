@@ -28,7 +28,6 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
         "resources": ["inferencepools/status", "mooncakecaches/status"],
         "verbs": ["get", "patch", "update"],
     },
-    {"apiGroups": ["tandem.dev"], "resources": ["inferencepools/scale"], "verbs": ["get", "patch", "update"]},
     {
         "apiGroups": ["tandem.dev"],
         "resources": ["inferencepools/finalizers", "mooncakecaches/finalizers"],

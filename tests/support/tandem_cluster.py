@@ -102,8 +102,12 @@ class GpuNodes:
         data = self.kube.json("get", "nodes", "-l", f"{NODE_LABEL}={self.group}", "-o", "json")
         ready = 0
         for node in data["items"]:
+            # Ready, and the node lifecycle controller has lifted its not-ready taint (schedulable).
+            tainted = any(
+                t.get("key") == "node.kubernetes.io/not-ready" for t in node.get("spec", {}).get("taints") or []
+            )
             for cond in node.get("status", {}).get("conditions") or []:
-                if cond.get("type") == "Ready" and cond.get("status") == "True":
+                if cond.get("type") == "Ready" and cond.get("status") == "True" and not tainted:
                     ready += 1
         return ready
 

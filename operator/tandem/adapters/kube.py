@@ -290,14 +290,19 @@ class RealKube:
         return result
 
     async def patch_scale(self, plural: str, namespace: str, name: str, replicas: int) -> None:
-        WRITES[("patch", f"{plural}/scale")] += 1
+        """Set spec.pairs.replicas (what `kubectl scale` changes through the scale subresource).
+
+        A merge patch on the object itself: the operator's RBAC has `patch` on pools but, by the
+        security ceiling, not on their `/scale` subresource.
+        """
+        WRITES[("patch", plural)] += 1
         await self._call(
-            self.custom.patch_namespaced_custom_object_scale,
+            self.custom.patch_namespaced_custom_object,
             GROUP,
             VERSION,
             namespace,
             plural,
             name,
-            {"spec": {"replicas": replicas}},
+            {"spec": {"pairs": {"replicas": replicas}}},
             _content_type="application/merge-patch+json",
         )

@@ -86,9 +86,7 @@ def test_routing_key_hashes_only_the_prefix(a: str, b: str, prefix_chars: int, w
         pytest.param([1, 23], [12, 3], 2, False, id="ids are delimited"),
     ],
 )
-def test_routing_key_from_blocks_uses_key_depth(
-    a: list[int], b: list[int], key_blocks: int, want_equal: bool
-) -> None:
+def test_routing_key_from_blocks_uses_key_depth(a: list[int], b: list[int], key_blocks: int, want_equal: bool) -> None:
     assert (routing_key_from_blocks(a, key_blocks) == routing_key_from_blocks(b, key_blocks)) is want_equal
 
 
@@ -160,9 +158,7 @@ def test_candidates_are_deterministic_within_a_process() -> None:
     assert _local_result() == _local_result()
 
 
-@pytest.mark.parametrize(
-    "seed", [pytest.param("0", id="hashseed 0"), pytest.param("4242", id="hashseed 4242")]
-)
+@pytest.mark.parametrize("seed", [pytest.param("0", id="hashseed 0"), pytest.param("4242", id="hashseed 4242")])
 def test_candidates_are_deterministic_across_processes(seed: str) -> None:
     env = dict(os.environ, PYTHONHASHSEED=seed)
     root = str(Path(__file__).resolve().parents[3])
@@ -184,9 +180,7 @@ def test_candidates_are_deterministic_across_processes(seed: str) -> None:
         pytest.param(32, 1.12, 0.88, id="32 pairs"),
     ],
 )
-def test_candidates_balance_keys_over_pairs(
-    n_pairs: int, want_max_over_mean: float, want_min_over_mean: float
-) -> None:
+def test_candidates_balance_keys_over_pairs(n_pairs: int, want_max_over_mean: float, want_min_over_mean: float) -> None:
     pairs = make_pairs("speed", n_pairs)
     counts = _first_counts(KEYS_20K, pairs)
     mean = len(KEYS_20K) / n_pairs
@@ -196,18 +190,13 @@ def test_candidates_balance_keys_over_pairs(
 
 
 def test_candidates_follow_weights() -> None:
-    pairs = [
-        p.model_copy(update={"weight": w})
-        for p, w in zip(make_pairs("speed", 3), [100, 200, 300], strict=True)
-    ]
+    pairs = [p.model_copy(update={"weight": w}) for p, w in zip(make_pairs("speed", 3), [100, 200, 300], strict=True)]
     counts = _first_counts(KEYS_20K, pairs)
     for pair in pairs:
         assert counts[pair.id] / len(KEYS_20K) == pytest.approx(pair.weight / 600, abs=0.015)
 
 
-@pytest.mark.parametrize(
-    "n_pairs", [pytest.param(8, id="8 to 9 pairs"), pytest.param(16, id="16 to 17 pairs")]
-)
+@pytest.mark.parametrize("n_pairs", [pytest.param(8, id="8 to 9 pairs"), pytest.param(16, id="16 to 17 pairs")])
 def test_candidates_adding_a_pair_moves_about_one_over_n_plus_one(n_pairs: int) -> None:
     before = make_pairs("speed", n_pairs)
     after = make_pairs("speed", n_pairs + 1)
@@ -246,9 +235,7 @@ def _pairs_from_ids(ids: Sequence[str], weights: Sequence[int] | None = None) ->
 
 
 @scaled_examples(1.0)
-@given(
-    ids=_pair_ids, removed=st.integers(0, 11), key=_keys, weights=st.lists(st.integers(1, 500), min_size=12)
-)
+@given(ids=_pair_ids, removed=st.integers(0, 11), key=_keys, weights=st.lists(st.integers(1, 500), min_size=12))
 def test_candidates_removing_a_pair_keeps_the_order_of_the_rest(
     ids: list[str], removed: int, key: int, weights: list[int]
 ) -> None:
@@ -407,9 +394,7 @@ class WalkCase:
             id="queue limit is a fast reject",
         ),
         pytest.param(
-            WalkCase(
-                {"speed-p1": PairLoad(kv_utilization_percent=90.0)}, Outcome.ROUTED, "speed-p0", (_KV,), 2
-            ),
+            WalkCase({"speed-p1": PairLoad(kv_utilization_percent=90.0)}, Outcome.ROUTED, "speed-p0", (_KV,), 2),
             id="kv limit is a fast reject",
         ),
         pytest.param(
@@ -490,9 +475,7 @@ def test_select_walk_table(case: WalkCase) -> None:
 
 
 def test_select_without_candidates_answers_503() -> None:
-    pairs = make_pairs("speed", 2, state=PairState.DRAINING) + make_pairs(
-        "speed", 1, state=PairState.WARMING, start=2
-    )
+    pairs = make_pairs("speed", 2, state=PairState.DRAINING) + make_pairs("speed", 1, state=PairState.WARMING, start=2)
     decision = select(_KEY, pairs, {}, WalkBound(admission=_ADMISSION))
     assert (decision.outcome, decision.pair, decision.walk_length, decision.status) == (
         Outcome.REJECTED,
@@ -521,9 +504,7 @@ def test_select_never_picks_draining_pair_even_when_it_is_idle() -> None:
         pytest.param(1, 0, 5, 125, 0, id="no weight"),
     ],
 )
-def test_compute_capacity_table(
-    weight: int, total_weight: int, total_load: int, percent: int, want: int
-) -> None:
+def test_compute_capacity_table(weight: int, total_weight: int, total_load: int, percent: int, want: int) -> None:
     assert compute_capacity(weight, total_weight, total_load, percent) == want
 
 
@@ -549,9 +530,7 @@ def test_select_respects_bound_and_max_walk(
 ) -> None:
     pairs = make_pairs("speed", n)
     loads = {p.id: data.draw(_load_snapshots) for p in pairs}
-    bound = WalkBound(
-        load_bound_percent=percent, max_walk=max_walk, admission=_ADMISSION if with_admission else None
-    )
+    bound = WalkBound(load_bound_percent=percent, max_walk=max_walk, admission=_ADMISSION if with_admission else None)
     decision = select(key, pairs, loads, bound)
     order = candidates(key, pairs)
     tried = order[: decision.walk_length]
@@ -586,18 +565,14 @@ def test_select_respects_bound_and_max_walk(
 
 @scaled_examples(0.3)
 @given(keys=st.lists(_keys, min_size=1, max_size=8), n=st.integers(2, 10), percent=st.integers(100, 200))
-def test_select_keeps_every_pair_within_capacity_when_walk_covers_all(
-    keys: list[int], n: int, percent: int
-) -> None:
+def test_select_keeps_every_pair_within_capacity_when_walk_covers_all(keys: list[int], n: int, percent: int) -> None:
     # Mirrokni et al.: with a full walk, sequential assignments never push a pair over
     # ceil(c * (m + 1) / n), even when a handful of hot keys carry all the traffic.
     pairs = make_pairs("speed", n)
     counts = {p.id: 0 for p in pairs}
     bound = WalkBound(load_bound_percent=percent, max_walk=n)
     for m in range(300):
-        decision = select(
-            keys[m % len(keys)], pairs, {k: PairLoad(in_flight=v) for k, v in counts.items()}, bound
-        )
+        decision = select(keys[m % len(keys)], pairs, {k: PairLoad(in_flight=v) for k, v in counts.items()}, bound)
         assert decision.outcome is Outcome.ROUTED and decision.pair is not None
         counts[decision.pair.id] += 1
         assert max(counts.values()) <= math.ceil(percent * (m + 1) / (100 * n))
@@ -615,10 +590,7 @@ def test_select_for_table_uses_table_parameters() -> None:
 def _fleet() -> list[RoutingTable]:
     return [
         make_table("speed").match(max_prompt_tokens=32_768, images=ImagesMatch.FORBIDDEN).pairs(2).obj(),
-        make_table("long-context")
-        .match(min_prompt_tokens=32_769, max_prompt_tokens=1_000_000)
-        .pairs(2)
-        .obj(),
+        make_table("long-context").match(min_prompt_tokens=32_769, max_prompt_tokens=1_000_000).pairs(2).obj(),
         make_table("images").match(images=ImagesMatch.REQUIRED, max_prompt_tokens=1_000_000).pairs(2).obj(),
         make_table("batch")
         .match(headers=[HeaderMatch(name="X-Tandem-Class", value="batch")], max_prompt_tokens=1_000_000)
@@ -634,9 +606,7 @@ def _fleet() -> list[RoutingTable]:
         pytest.param(RequestFeatures(prompt_tokens=32_768), "speed", id="upper bound is inclusive"),
         pytest.param(RequestFeatures(prompt_tokens=32_769), "long-context", id="just over -> long-context"),
         pytest.param(RequestFeatures(prompt_tokens=1_000, has_images=True), "images", id="short with images"),
-        pytest.param(
-            RequestFeatures(prompt_tokens=100_000, has_images=True), "images", id="images beats token bounds"
-        ),
+        pytest.param(RequestFeatures(prompt_tokens=100_000, has_images=True), "images", id="images beats token bounds"),
         pytest.param(
             RequestFeatures(prompt_tokens=100_000, headers={"x-tandem-class": "batch"}),
             "batch",
@@ -659,9 +629,7 @@ def test_classify_table(features: RequestFeatures, want_pool: str | None) -> Non
 @pytest.mark.parametrize(
     ("tables", "want"),
     [
-        pytest.param(
-            [make_table("b").obj(), make_table("a").obj()], ("a", "default"), id="tie -> pool name ascending"
-        ),
+        pytest.param([make_table("b").obj(), make_table("a").obj()], ("a", "default"), id="tie -> pool name ascending"),
         pytest.param(
             [make_table("a").namespace("z").obj(), make_table("a").namespace("y").obj()],
             ("a", "y"),

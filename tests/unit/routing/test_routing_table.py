@@ -136,14 +136,10 @@ def _pair(i: int, **kw: Any) -> dict[str, Any]:
         pytest.param(_wire(hash={"loadBoundPercent": 99}), id="load bound below 100"),
         pytest.param(_wire(hash={"maxWalk": 0}), id="zero max walk"),
         pytest.param(_wire(hash={"prefixChars": 0}), id="zero prefix chars"),
-        pytest.param(
-            _wire(admission={"maxInFlight": 1, "maxQueued": 1, "rejectStatus": 500}), id="reject status 500"
-        ),
+        pytest.param(_wire(admission={"maxInFlight": 1, "maxQueued": 1, "rejectStatus": 500}), id="reject status 500"),
         pytest.param(_wire(admission={"maxInFlight": 1, "maxQueued": 0}), id="zero max queued"),
         pytest.param(_wire(revisions={"stable": "r1", "canary": "r2"}), id="canary without percent"),
-        pytest.param(
-            _wire(revisions={"stable": "r1", "canaryWeightPercent": 5}), id="percent without canary"
-        ),
+        pytest.param(_wire(revisions={"stable": "r1", "canaryWeightPercent": 5}), id="percent without canary"),
         pytest.param(
             _wire(revisions={"stable": "r1", "canary": "r1", "canaryWeightPercent": 5}), id="canary is stable"
         ),
@@ -171,9 +167,7 @@ def test_routing_table_is_frozen() -> None:
 def test_routing_table_fingerprint_ignores_construction_path_and_formatting() -> None:
     table = _full_table()
     rebuilt = RoutingTable.model_validate(json.loads(table.to_json(indent=4)))
-    shuffled_keys = RoutingTable.from_json(
-        json.dumps(dict(reversed(list(json.loads(table.to_json()).items()))))
-    )
+    shuffled_keys = RoutingTable.from_json(json.dumps(dict(reversed(list(json.loads(table.to_json()).items())))))
     assert rebuilt.fingerprint() == shuffled_keys.fingerprint() == table.fingerprint()
     assert len(table.fingerprint()) == 64
     assert table.fingerprint() == table.fingerprint()
@@ -248,9 +242,7 @@ def _tables(draw: st.DrawFn) -> RoutingTable:
         min_prompt_tokens=lo,
         max_prompt_tokens=hi,
         images=draw(st.sampled_from(list(ImagesMatch))),
-        headers=[HeaderMatch(name="x-tenant", value=draw(st.text(max_size=5)))]
-        if draw(st.booleans())
-        else [],
+        headers=[HeaderMatch(name="x-tenant", value=draw(st.text(max_size=5)))] if draw(st.booleans()) else [],
     )
     return builder.obj().model_copy(update={"pairs": pairs})
 
