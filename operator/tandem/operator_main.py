@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -31,8 +32,9 @@ from prometheus_client.core import CounterMetricFamily
 
 from tandem import GROUP, VERSION
 from tandem.adapters.kube import WRITES, RealKube, load_config
+from tandem.adapters.prometheus import PrometheusProvider
 from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_POOL
-from tandem.reconcile.pool import PassResult, reconcile_pool
+from tandem.reconcile.pool import Metrics, PassResult, PoolMemory, reconcile_pool
 
 log = logging.getLogger("tandem.operator")
 
@@ -75,6 +77,7 @@ class OperatorConfig:
     prometheus_url: str = ""
     prometheus_auth_dir: str = ""
     kubeconfig: str | None = None
+    scrape_interval_s: float = 15.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -84,6 +87,7 @@ class OperatorConfig:
             prometheus_url=os.environ.get("TANDEM_PROMETHEUS_URL", ""),
             prometheus_auth_dir=os.environ.get("TANDEM_PROMETHEUS_AUTH_DIR", ""),
             kubeconfig=os.environ.get("KUBECONFIG") or None,
+            scrape_interval_s=float(os.environ.get("TANDEM_SCRAPE_INTERVAL", "15")),
         )
 
 
@@ -116,6 +120,19 @@ class Runtime:
     kube: RealKube | None = None
     wakeups: Wakeups = field(default_factory=Wakeups)
     last_pass: float = field(default_factory=time.monotonic)
+    metrics: Metrics | None = None
+    memory: dict[tuple[str, str], PoolMemory] = field(default_factory=dict)
+
+
+def build_metrics(config: OperatorConfig) -> Metrics:
+    """The Prometheus providers of this process (default from --prometheus-url, per-pool overrides)."""
+    auth = Path(config.prometheus_auth_dir) if config.prometheus_auth_dir else None
+
+    def factory(url: str) -> PrometheusProvider:
+        return PrometheusProvider(url, credentials_dir=auth)
+
+    default = factory(config.prometheus_url) if config.prometheus_url else None
+    return Metrics(default=default, factory=factory, scrape_interval_s=config.scrape_interval_s)
 
 
 RUNTIME = Runtime(OperatorConfig.from_env())
@@ -146,6 +163,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.standalone = True
     RUNTIME.config = OperatorConfig.from_env() if not RUNTIME.config.namespaces else RUNTIME.config
     RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig))
+    RUNTIME.metrics = build_metrics(RUNTIME.config)
     RUNTIME.wakeups = Wakeups()
     log.info("tandem operator starting; namespaces=%s", ",".join(RUNTIME.config.namespaces) or "(cluster-wide)")
 
@@ -235,7 +253,8 @@ async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStop
     while not stopped:
         wake.clear()
         try:
-            result = await reconcile_pool(RUNTIME.kube, namespace, name)
+            memory = RUNTIME.memory.setdefault((namespace, name), PoolMemory())
+            result = await reconcile_pool(RUNTIME.kube, namespace, name, metrics=RUNTIME.metrics, memory=memory)
             failures = 0 if not result.error else failures + 1
         except Exception:  # a bug in one pool must not take down the others (OP-06)
             log.exception("reconcile of %s/%s failed", namespace, name)
@@ -253,6 +272,7 @@ async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStop
             # Even when woken, a failing pool retries no faster than its backoff (≤ 6 passes/min).
             await asyncio.sleep(min(10.0, 10.0 * failures))
     RUNTIME.wakeups.forget(namespace, name)
+    RUNTIME.memory.pop((namespace, name), None)
 
 
 # --- tandem run ------------------------------------------------------------------------------
@@ -268,6 +288,12 @@ def register(subparsers: Any) -> None:
     run.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
     run.add_argument("--prometheus-url", default=os.environ.get("TANDEM_PROMETHEUS_URL", ""), help="default Prometheus")
     run.add_argument("--prometheus-auth-dir", default="", help="directory with token or username/password, ca.crt")
+    run.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=float(os.environ.get("TANDEM_SCRAPE_INTERVAL", "15")),
+        help="Prometheus scrape interval of engine metrics, seconds (sample freshness and rate windows)",
+    )
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
     run.set_defaults(func=run_operator)
@@ -301,6 +327,7 @@ def run_operator(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         prometheus_auth_dir=args.prometheus_auth_dir,
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG"),
+        scrape_interval_s=args.scrape_interval,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)

@@ -98,6 +98,8 @@ class KubeApi(Protocol):
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    async def list_custom(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
+
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
 
     async def list_nodes(self) -> list[dict[str, Any]]: ...
@@ -115,6 +117,8 @@ class KubeApi(Protocol):
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
     async def delete_configmap(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def delete_service(self, namespace: str, name: str, uid: str) -> None: ...
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
@@ -255,6 +259,14 @@ class RealKube:
         except NotFound:
             return
 
+    async def delete_service(self, namespace: str, name: str, uid: str) -> None:
+        WRITES[("delete", "Service")] += 1
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await self._call(self.core.delete_namespaced_service, name, namespace, body=body)
+        except NotFound:
+            return
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
@@ -306,3 +318,18 @@ class RealKube:
             {"spec": {"pairs": {"replicas": replicas}}},
             _content_type="application/merge-patch+json",
         )
+
+    async def patch_custom(self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch a Tandem object (annotations, spec fields): used by `tandem rollout` commands."""
+        WRITES[("patch", plural)] += 1
+        result: dict[str, Any] = await self._call(
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            dict(patch),
+            _content_type="application/merge-patch+json",
+        )
+        return result

@@ -9,15 +9,17 @@ Invariant: nothing here performs I/O or reads the clock; `Snapshot.now` is the i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tandem.api.labels import LABEL_INSTANCE, LABEL_PAIR, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, ROLES, Role
+from tandem.api.pool_status import GateVerdict
 from tandem.api.quantity import parse_quantity
 from tandem.api.resources import InferencePool
 from tandem.api.revision import CacheWiring, RevisionSpec
+from tandem.core.autoscale import AutoscaleState, MetricsSnapshot
 from tandem.routing.table import RoutingTable
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
@@ -114,6 +116,7 @@ class EvalJobView:
     failed: bool
     score: float | None
     started: datetime | None
+    termination_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,13 @@ class Snapshot:
     cache: CacheWiring | None = None
     cache_problem: str | None = None
     eval_job: EvalJobView | None = None
+    gate_verdicts: tuple[GateVerdict, ...] | None = None
+    """Verdicts of the metric gates evaluated this pass (None: no evaluation was due)."""
+    scaling_metrics: MetricsSnapshot | None = None
+    """Autoscaling inputs read this pass (None: no autoscaling evaluation was due)."""
+    autoscale_state: AutoscaleState | None = None
+    """What the autoscaler remembered from its previous call (in memory; empty after a restart)."""
+    scrape_interval_s: float = 15.0
 
 
 # --- parsing raw objects -------------------------------------------------------------------------
@@ -213,4 +223,33 @@ def parse_node(obj: Mapping[str, Any]) -> ObservedNode:
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         ready=ready is None or ready.get("status") == "True",
         taints=tuple(dict(t) for t in (obj.get("spec") or {}).get("taints") or []),
+    )
+
+
+def parse_eval_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> EvalJobView:
+    """The eval Job and its (newest) pod's termination message."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    message = None
+    newest = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    for pod in reversed(newest):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if terminated.get("message"):
+                message = str(terminated["message"])
+                break
+        if message:
+            break
+    labels = meta.get("labels") or {}
+    return EvalJobView(
+        name=meta.get("name", ""),
+        revision=labels.get(LABEL_REVISION, ""),
+        step=0,
+        active=bool(status.get("active")),
+        succeeded=conditions.get("Complete") == "True" or bool(status.get("succeeded")),
+        failed=conditions.get("Failed") == "True",
+        score=None,
+        started=parse_time(meta.get("creationTimestamp")),
+        termination_message=message,
     )

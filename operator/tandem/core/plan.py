@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 
 from tandem.api.labels import Role, pod_name, pool_selector, routing_configmap_name, selector_string
 from tandem.api.pool_status import (
+    GateVerdict,
     InferencePoolStatus,
     PairCounts,
     RevisionsStatus,
@@ -48,9 +49,11 @@ from tandem.api.pool_status import (
 from tandem.api.quantity import parse_duration
 from tandem.api.revision import RevisionSpec, revision_id, revision_spec
 from tandem.core import conditions as c
+from tandem.core.analysisplan import analysis_request, eval_verdict, fold_analysis, update_scorecard
+from tandem.core.autoscale import AutoscaleState, ScaleContext, compute_desired_pairs
 from tandem.core.observed import ObservedPod, Snapshot
 from tandem.core.pairs import PairView, group_pairs
-from tandem.core.placement import build_node_pool, domain_of, place_instance, place_pair
+from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
 from tandem.core.rollout import (
     EVENT_NORMAL,
     EVENT_WARNING,
@@ -101,6 +104,15 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class EvalJobRequest:
+    """Create the eval Job of an analysis step against the canary's serving pairs."""
+
+    step: int
+    revision: str
+    target_urls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything one pass wants done; the reconcile applies it, in this order."""
 
@@ -114,6 +126,9 @@ class Plan:
     requeue_after: float = STEADY_RESYNC_SECONDS
     revisions: dict[str, RevisionSpec] = field(default_factory=dict)
     desired_revision: str = ""
+    eval_job: EvalJobRequest | None = None
+    scale_to: int | None = None
+    autoscale_state: AutoscaleState | None = None
 
 
 def infer_stable(pairs: Iterable[PairView], fallback: str) -> str:
@@ -124,7 +139,7 @@ def infer_stable(pairs: Iterable[PairView], fallback: str) -> str:
     return fallback
 
 
-def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Plan:
+def plan_pool(snapshot: Snapshot) -> Plan:
     """One pure planning pass for one pool (module docstring lists the rules)."""
     pool = snapshot.pool
     spec = pool.spec
@@ -145,6 +160,15 @@ def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Pla
         if pair.live:
             prev = counts.get(pair.revision, RevisionCounts())
             counts[pair.revision] = RevisionCounts(prev.live + 1, prev.ready + int(pair.ready))
+    # 1b. the analysis step: this pass's gate verdicts (observed by the reconcile) folded into its progress
+    analysis: AnalysisResult | None = None
+    all_verdicts: list[GateVerdict] = []
+    request = analysis_request(pool, desired, stable, now, snapshot.scrape_interval_s)
+    if request is not None and snapshot.gate_verdicts is not None:
+        all_verdicts = list(snapshot.gate_verdicts)
+        if request.eval:
+            all_verdicts.append(eval_verdict(pool, snapshot.eval_job, now))
+        analysis = fold_analysis(pool, request, all_verdicts, now)
     decision = plan_rollout(
         RolloutInputs(
             spec=spec,
@@ -173,8 +197,55 @@ def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Pla
 
     # 6. status, and an Event whenever Ready or Degraded flips (never one per pass)
     status = summarize(snapshot, actions, decision, table, revisions, generation)
+    if all_verdicts:
+        stable_key = (revisions[stable].stack.version, stable) if stable in revisions else None
+        status = status.model_copy(
+            update={
+                "scorecard": update_scorecard(
+                    status.scorecard,
+                    spec.rollout.analysis.metrics,
+                    all_verdicts,
+                    (spec.stack.version, desired),
+                    stable_key,
+                    now,
+                )
+            }
+        )
     events.extend(transition_events(old_status, status))
     requeue = actions.requeue_after(decision)
+
+    # 7. the eval Job of the current step, created once per (revision, step)
+    eval_job = _eval_job_needed(snapshot, desired, decision)
+
+    # 8. autoscaling: the total pair count (the rollout splits it), only when an evaluation was due
+    scale_to: int | None = None
+    autoscale_state = snapshot.autoscale_state
+    if spec.autoscaling.enabled and snapshot.scaling_metrics is not None:
+        serving = sum(1 for p in table.pairs if p.state is PairState.SERVING)
+        context = ScaleContext(
+            current_pairs=spec.pairs.replicas,
+            ready_pairs=serving,
+            max_placeable_pairs=actions.max_placeable(),
+            surge_pairs=spec.rollout.max_surge,
+            hold_scale_down=decision.status.phase == "RollingBack"
+            or bool(actions.creates)
+            or serving < status.pairs.current,
+        )
+        scaled, autoscale_state = compute_desired_pairs(
+            spec.autoscaling,
+            context,
+            snapshot.scaling_metrics,
+            snapshot.autoscale_state or AutoscaleState(),
+            now.timestamp(),
+        )
+        if scaled.changed:
+            scale_to = scaled.desired_pairs
+        last = old_status.last_scaling
+        if last is None or (last.from_pairs, last.to_pairs, last.reason) != scaled.key:
+            status = status.model_copy(update={"last_scaling": scaled.to_status(now)})
+            if scaled.changed or scaled.warning:
+                events.append(Event(EVENT_WARNING if scaled.warning else EVENT_NORMAL, scaled.reason, scaled.message))
+        requeue = min(requeue, max(1.0, scaled.requeue_after_s))
     missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in snapshot.revisions))
     return Plan(
         rollout_first=decision.status if decision.persist_first else None,
@@ -187,7 +258,29 @@ def plan_pool(snapshot: Snapshot, analysis: AnalysisResult | None = None) -> Pla
         requeue_after=requeue,
         revisions=revisions,
         desired_revision=desired,
+        eval_job=eval_job,
+        scale_to=scale_to,
+        autoscale_state=autoscale_state,
     )
+
+
+def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision) -> EvalJobRequest | None:
+    """The current step's eval Job when the step asks for one and it does not exist yet."""
+    spec = snapshot.pool.spec
+    status = decision.status
+    if status.phase != "Progressing" or status.revision != desired or spec.rollout.analysis.eval is None:
+        return None
+    if status.step_index >= len(spec.rollout.steps):
+        return None
+    step = spec.rollout.steps[status.step_index]
+    if step.analysis is None or not step.analysis.eval or snapshot.eval_job is not None:
+        return None
+    urls: list[str] = []
+    if snapshot.routing is not None:
+        for pair in snapshot.routing.pairs:
+            if pair.revision == desired and pair.state is PairState.SERVING:
+                urls.extend(f"http://{e.address}" for e in pair.decode if e.address)
+    return EvalJobRequest(step=status.step_index, revision=desired, target_urls=tuple(urls))
 
 
 class _PairActions:
@@ -382,6 +475,23 @@ class _PairActions:
                     f"draining {drained} pair(s): no new requests, deleted after in-flight streams end",
                 )
             )
+
+    def max_placeable(self) -> int:
+        """Live pairs plus how many more whole pairs the free GPUs left after this pass could take."""
+        live = sum(1 for p in self.pairs if p.live and p.index not in self.deleted_pairs) + len(self.new_pairs)
+        rev = self.revisions.get(max(self.targets, key=lambda r: (self.targets[r], r))) if self.targets else None
+        if rev is None:
+            return live
+        ledger = NodePool(
+            self.ledger.resource, dict(self.ledger.free), self.ledger.nodes, Counter(self.ledger.pairs_per_domain)
+        )
+        gpus = [rev.prefill.gpus_per_instance] * rev.prefill.instances + [
+            rev.decode.gpus_per_instance
+        ] * rev.decode.instances
+        extra = 0
+        while extra < 1024 and place_pair(ledger, gpus, rev.placement) is not None:
+            extra += 1
+        return live + extra
 
     def _draining_gpus(self) -> int:
         return sum(

@@ -211,6 +211,8 @@ class TargetRegistry(Protocol):
 
     def add_target(self, name: str, targets: Sequence[str], labels: Mapping[str, str] | None = None) -> Path: ...
 
+    def remove_target(self, name: str) -> None: ...
+
 
 class Exporter:
     """Simulated engine pods behind one loopback HTTP port (``/metrics/<pod>``)."""

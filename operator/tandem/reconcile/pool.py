@@ -20,29 +20,35 @@ condition instead of a crash: 403 quota → `QuotaExceeded` with a long backoff,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from tandem.adapters.kube import Conflict, Forbidden, Invalid, KubeApi, KubeError, NotFound, Throttled
+from tandem.adapters.prometheus import GateTarget, MetricsProvider, evaluate_metric_gates
 from tandem.api.labels import (
     COMPONENT_ENGINE,
     COMPONENT_REVISION,
     LABEL_COMPONENT,
     LABEL_POOL,
     LABEL_REVISION,
+    eval_job_name,
     routing_configmap_name,
     service_name,
 )
-from tandem.api.pool_status import InferencePoolStatus
+from tandem.api.pool_status import GateVerdict, InferencePoolStatus
+from tandem.api.quantity import parse_duration
 from tandem.api.resources import InferencePool
-from tandem.api.revision import CacheWiring, RevisionSpec
+from tandem.api.revision import CacheWiring, RevisionSpec, revision_id, revision_spec
+from tandem.builders.evaljob import build_eval_job
 from tandem.builders.objects import (
     ANNOTATION_FINGERPRINT,
     build_event,
@@ -53,10 +59,15 @@ from tandem.builders.objects import (
 )
 from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core import conditions as c
+from tandem.core.analysisplan import AnalysisRequest, analysis_request
+from tandem.core.autoscale import AutoscaleState
 from tandem.core.cachewiring import wiring_from_cache
-from tandem.core.observed import ObservedPod, Snapshot, parse_node, parse_pod
+from tandem.core.gates import REASON_METRICS_UNAVAILABLE, VERDICT_ERROR
+from tandem.core.observed import EvalJobView, ObservedPod, Snapshot, parse_eval_job, parse_node, parse_pod
 from tandem.core.plan import Plan, plan_pool
+from tandem.core.promql import QueryResult, QueryStatus
 from tandem.core.rollout import EVENT_WARNING, Event
+from tandem.core.scalemetrics import ServingInstance, build_snapshot, scaling_queries
 from tandem.routing.table import CONFIGMAP_KEY, RoutingTable
 
 log = logging.getLogger("tandem.reconcile")
@@ -72,6 +83,36 @@ def utcnow() -> datetime:
 
 
 @dataclass
+class PoolMemory:
+    """What the operator remembers about one pool between passes, in memory only (empty after a restart).
+
+    Nothing here is needed for correctness after a restart: the autoscaler restarts its windows (a
+    scale-down then waits one full stabilization window) and the next evaluation is simply due.
+    """
+
+    autoscale_state: AutoscaleState | None = None
+    last_autoscale_eval: datetime | None = None
+
+
+@dataclass
+class Metrics:
+    """How a pass reaches Prometheus: the operator's default provider, plus per-pool overrides."""
+
+    default: MetricsProvider | None = None
+    factory: Callable[[str], MetricsProvider] | None = None
+    scrape_interval_s: float = 15.0
+    _by_url: dict[str, MetricsProvider] = field(default_factory=dict)
+
+    def for_pool(self, pool: InferencePool) -> MetricsProvider | None:
+        url = pool.spec.rollout.analysis.prometheus_address
+        if url and self.factory is not None:
+            if url not in self._by_url:
+                self._by_url[url] = self.factory(url)
+            return self._by_url[url]
+        return self.default
+
+
+@dataclass
 class PassResult:
     """What one pass did: for metrics, logs and tests."""
 
@@ -83,7 +124,14 @@ class PassResult:
     events: list[Event] = field(default_factory=list)
 
 
-async def observe(kube: KubeApi, namespace: str, name: str, now: datetime) -> tuple[Snapshot, dict[str, Any]] | None:
+async def observe(
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    now: datetime,
+    metrics: Metrics | None = None,
+    memory: PoolMemory | None = None,
+) -> tuple[Snapshot, dict[str, Any]] | None:
     """Step 1: one snapshot of everything the planner needs (None when the pool is gone)."""
     raw = await kube.get_custom(PLURAL, namespace, name)
     if raw is None:
@@ -123,8 +171,108 @@ async def observe(kube: KubeApi, namespace: str, name: str, now: datetime) -> tu
         revisions=revisions,
         cache=cache,
         cache_problem=problem,
+        scrape_interval_s=metrics.scrape_interval_s if metrics else 15.0,
     )
+    snapshot = await observe_rollout(kube, snapshot, metrics)
+    snapshot = await observe_scaling(snapshot, metrics, memory)
     return snapshot, raw
+
+
+def _stable_and_desired(snapshot: Snapshot) -> tuple[str, str]:
+    pool = snapshot.pool
+    desired = revision_id(revision_spec(pool.spec, snapshot.cache))
+    stable = pool.status.revisions.stable.name if pool.status and pool.status.revisions.stable else desired
+    return stable, desired
+
+
+async def observe_rollout(kube: KubeApi, snapshot: Snapshot, metrics: Metrics | None) -> Snapshot:
+    """The analysis step's inputs: the eval Job (if the step runs one) and, when due, the gate verdicts."""
+    pool = snapshot.pool
+    status = pool.status.rollout if pool.status else None
+    stable, desired = _stable_and_desired(snapshot)
+    eval_job: EvalJobView | None = None
+    if status is not None and status.phase == "Progressing" and status.revision == desired:
+        steps = pool.spec.rollout.steps
+        if status.step_index < len(steps) and (step := steps[status.step_index]).analysis and step.analysis.eval:
+            name = eval_job_name(pool.metadata.name, desired, status.step_index)
+            job = await kube.get_job(pool.metadata.namespace, name)
+            if job is not None:
+                eval_job = parse_eval_job(job, await kube.list_job_pods(pool.metadata.namespace, name))
+    verdicts: tuple[GateVerdict, ...] | None = None
+    request = analysis_request(pool, desired, stable, snapshot.now, snapshot.scrape_interval_s)
+    if request is not None:
+        verdicts = tuple(await _gate_verdicts(pool, request, metrics, snapshot.now))
+    return dataclasses.replace(snapshot, eval_job=eval_job, gate_verdicts=verdicts)
+
+
+async def _gate_verdicts(
+    pool: InferencePool, request: AnalysisRequest, metrics: Metrics | None, now: datetime
+) -> list[GateVerdict]:
+    provider = metrics.for_pool(pool) if metrics else None
+    if not request.gates:
+        return []
+    if provider is None:
+        return [
+            GateVerdict(
+                name=g.name,
+                verdict=VERDICT_ERROR,
+                reason=REASON_METRICS_UNAVAILABLE,
+                condition=g.success_condition or g.failure_condition or "",
+                query="(no Prometheus configured: --prometheus-url or analysis.prometheusAddress)",
+                evaluated_at=now,
+            )
+            for g in request.gates
+        ]
+    target = GateTarget(
+        namespace=pool.metadata.namespace,
+        pool=pool.metadata.name,
+        canary_revision=request.canary,
+        stable_revision=request.stable,
+        interval=request.rate_window,
+        timeout_s=request.timeout_s,
+    )
+    return await evaluate_metric_gates(
+        provider,
+        request.gates,
+        target,
+        analysis=pool.spec.rollout.analysis,
+        step_started_at=request.step_started_at,
+        scrape_interval_s=metrics.scrape_interval_s if metrics else 15.0,
+        clock=lambda: now,
+    )
+
+
+async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: PoolMemory | None) -> Snapshot:
+    """Autoscaling inputs, read only when an evaluation is due (every autoscaling.interval)."""
+    pool = snapshot.pool
+    spec = pool.spec.autoscaling
+    if not spec.enabled or memory is None:
+        return snapshot
+    interval = timedelta(seconds=parse_duration(spec.interval))
+    if memory.last_autoscale_eval is not None and snapshot.now - memory.last_autoscale_eval < interval:
+        return dataclasses.replace(snapshot, autoscale_state=memory.autoscale_state)
+    provider = metrics.for_pool(pool) if metrics else None
+    serving: list[ServingInstance] = []
+    if snapshot.routing is not None:
+        for pair in snapshot.routing.pairs:
+            if pair.state.value == "serving":
+                serving.extend(ServingInstance(e.pod, pair.id, "prefill") for e in pair.prefill)
+                serving.extend(ServingInstance(e.pod, pair.id, "decode") for e in pair.decode)
+    results: dict[str, QueryResult] = {}
+    if provider is not None:
+        window = f"{int(max(parse_duration(spec.interval), 4 * snapshot.scrape_interval_s))}s"
+        queries = scaling_queries(pool.metadata.namespace, pool.metadata.name, window)
+        timeout = min(10.0, parse_duration(spec.interval) / 2)
+        answers = await asyncio.gather(*(provider.aquery(q, timeout_s=timeout) for q in queries.values()))
+        results = dict(zip(queries, answers, strict=True))
+    else:
+        results = {k: QueryResult(QueryStatus.REFUSED, error="no Prometheus configured") for k in ("running",)}
+    memory.last_autoscale_eval = snapshot.now
+    return dataclasses.replace(
+        snapshot,
+        scaling_metrics=build_snapshot(results, serving),
+        autoscale_state=memory.autoscale_state,
+    )
 
 
 async def observe_cache(kube: KubeApi, pool: InferencePool) -> tuple[CacheWiring | None, str | None]:
@@ -182,6 +330,24 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
             await kube.create(body)
         except Conflict:
             log.info("pod %s already exists: adopting it", body["metadata"]["name"])
+        writes += 1
+    if plan.eval_job is not None and pool.spec.rollout.analysis.eval is not None:
+        with contextlib.suppress(Conflict):
+            await kube.create(
+                build_eval_job(
+                    pool=name,
+                    namespace=ns,
+                    pool_uid=uid,
+                    revision=plan.eval_job.revision,
+                    step=plan.eval_job.step,
+                    gate=pool.spec.rollout.analysis.eval,
+                    model=pool.spec.model.served_name,
+                    target_urls=list(plan.eval_job.target_urls),
+                )
+            )
+        writes += 1
+    if plan.scale_to is not None:
+        await kube.patch_scale(PLURAL, ns, name, plan.scale_to)
         writes += 1
     cm = await kube.get_configmap(ns, routing_configmap_name(name))
     published = ((cm or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION_FINGERPRINT)
@@ -254,12 +420,14 @@ async def reconcile_pool(
     namespace: str,
     name: str,
     clock: Callable[[], datetime] = utcnow,
+    metrics: Metrics | None = None,
+    memory: PoolMemory | None = None,
 ) -> PassResult:
     """One full pass; never raises for API errors (they become a condition and a backoff)."""
     started = time.monotonic()
     now = clock()
     try:
-        observed = await observe(kube, namespace, name, now)  # 1. observe
+        observed = await observe(kube, namespace, name, now, metrics, memory)  # 1. observe
         if observed is None:
             return PassResult(requeue_after=None, duration=time.monotonic() - started)
         snapshot, raw = observed
@@ -312,6 +480,8 @@ async def reconcile_pool(
         return PassResult(
             requeue_after=backoff, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
         )
+    if memory is not None and plan.autoscale_state is not None:
+        memory.autoscale_state = plan.autoscale_state
     try:
         writes += await report(kube, snapshot, raw, plan, status)  # 4. report
     except Conflict as exc:

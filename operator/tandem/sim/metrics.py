@@ -1,0 +1,377 @@
+"""The observation path: what policies may see of the fleet — scraped metrics, late, over a window.
+
+What it owns: :class:`Scrape` (one Prometheus scrape of every instance, aggregated per role and per
+revision), :class:`ScrapeStore` (the time series) and :class:`Observation`, the only view of load a
+scaling or rollout policy gets (benchmarks.md §3.4: scrape interval, rate window, lag; equal for
+every policy). Fleet *state* (instances per role and lifecycle state) is not a metric: a controller
+reads it from the API server, so it is exact.
+
+Metric names follow vLLM (benchmarks.md §9); each :class:`Observation` field names its source:
+
+- gauges (sum over ready + draining instances of a role): ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``; mean ``vllm:kv_cache_usage_perc`` over decode instances;
+- counters, as ``rate()`` over the window: ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+  ``vllm:request_success_total``, prefill busy seconds (a GPU-utilisation exporter), the router's
+  requests and errors, ``vllm:prefix_cache_{queries,hits}_total`` (local) and the external
+  (Mooncake) pair;
+- histograms with vLLM's bucket bounds, quantiles by linear interpolation inside a bucket as
+  ``histogram_quantile`` does (so a 16.7 ms threshold is read coarsely, as in production):
+  router-side TTFT and per-request TPOT (``vllm:request_time_per_output_token_seconds``), per revision.
+
+A policy deciding at time ``now`` sees the newest scrape taken at or before ``now − lag`` and rates
+between it and the scrape one window earlier. ``None`` means no data (not enough scrapes yet, or no
+requests in the window) — a policy must treat it as "unknown", never as zero.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+"""vLLM ``vllm:time_to_first_token_seconds`` bucket upper bounds (+Inf implied)."""
+TPOT_BUCKETS: tuple[float, ...] = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+"""vLLM per-token/per-request TPOT bucket upper bounds (+Inf implied)."""
+
+PREFILL = 0
+DECODE = 1
+ROLE_NAMES = ("prefill", "decode")
+
+COUNTERS = (
+    "requests",  # router: requests answered (any outcome)
+    "errors",  # router: rejected, failed or engine error
+    "success",  # vllm:request_success_total
+    "prompt_tokens",  # vllm:prompt_tokens_total
+    "generation_tokens",  # vllm:generation_tokens_total
+    "prefill_busy_s",  # prefill GPU busy seconds
+    "decode_busy_s",
+    "local_queries",  # vllm:prefix_cache_queries_total (tokens)
+    "local_hits",  # vllm:prefix_cache_hits_total (tokens)
+    "external_queries",
+    "external_hits",
+    "isl_sum",  # sum of prompt lengths of finished requests (vllm:request_prompt_tokens_sum)
+    "osl_sum",  # sum of output lengths of finished requests
+    "finished",  # count of finished requests (histogram _count)
+    "ttft_sum",  # vllm:time_to_first_token_seconds_sum (router-side)
+    "ttft_count",
+    "tpot_sum",  # vllm:request_time_per_output_token_seconds_sum
+    "tpot_count",
+)
+
+
+def bucket_index(buckets: tuple[float, ...], value: float) -> int:
+    """Index of the first bucket whose upper bound is ≥ value (len(buckets) = +Inf)."""
+    return bisect.bisect_left(buckets, value)
+
+
+def histogram_quantile(q: float, buckets: tuple[float, ...], counts: npt.NDArray[np.float64]) -> float | None:
+    """Prometheus ``histogram_quantile`` over non-cumulative bucket ``counts`` (last = +Inf)."""
+    total = float(counts.sum())
+    if total <= 0:
+        return None
+    rank = q * total
+    cum = 0.0
+    values: list[float] = counts.tolist()
+    for i, c in enumerate(values):
+        if cum + c >= rank and c > 0:
+            if i >= len(buckets):
+                return buckets[-1]
+            lo = 0.0 if i == 0 else buckets[i - 1]
+            return lo + (buckets[i] - lo) * (rank - cum) / c
+        cum += c
+    return buckets[-1]
+
+
+@dataclass
+class RevisionSeries:
+    """Cumulative per-revision counters and histograms (router-side)."""
+
+    requests: float = 0.0
+    errors: float = 0.0
+    ttft: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(TTFT_BUCKETS) + 1))
+    tpot: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(TPOT_BUCKETS) + 1))
+
+    def copy(self) -> RevisionSeries:
+        return RevisionSeries(self.requests, self.errors, self.ttft.copy(), self.tpot.copy())
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGauge:
+    """One instance's gauges in one scrape (target labels ``pair`` and ``role``)."""
+
+    pair: str
+    role: int
+    running: float
+    """``vllm:num_requests_running``."""
+    waiting: float
+    """``vllm:num_requests_waiting``."""
+    kv_usage: float
+    """``vllm:kv_cache_usage_perc`` (0–1)."""
+
+
+@dataclass
+class Scrape:
+    """One scrape: role gauges, cumulative counters, per-revision histograms, per-instance gauges."""
+
+    t: float
+    ready: tuple[int, int]
+    running: tuple[float, float]
+    waiting: tuple[float, float]
+    kv_usage_mean: float
+    counters: dict[str, float]
+    revisions: dict[str, RevisionSeries]
+    instances: tuple[InstanceGauge, ...] = ()
+    """Gauges of the instances of serving pairs (kept for recent scrapes only, to bound memory)."""
+    serving_pairs: int = 0
+    serving_instances: tuple[int, int] = (0, 0)
+
+
+class ScrapeStore:
+    """Scrapes in time order; lookups by time are binary searches. Per-instance detail is dropped from
+    scrapes older than ``keep_detail_s`` (policies only read the newest visible scrape)."""
+
+    def __init__(self, keep_detail_s: float = 3600.0) -> None:
+        self.scrapes: list[Scrape] = []
+        self._times: list[float] = []
+        self.keep_detail_s = keep_detail_s
+        self._pruned = 0
+
+    def add(self, scrape: Scrape) -> None:
+        self.scrapes.append(scrape)
+        self._times.append(scrape.t)
+        limit = scrape.t - self.keep_detail_s
+        while self._pruned < len(self.scrapes) and self.scrapes[self._pruned].t < limit:
+            old = self.scrapes[self._pruned]
+            old.instances = ()
+            old.revisions = {}
+            self._pruned += 1
+
+    def at_or_before(self, t: float) -> Scrape | None:
+        i = bisect.bisect_right(self._times, t + 1e-9) - 1
+        return self.scrapes[i] if i >= 0 else None
+
+
+@dataclass(frozen=True)
+class RoleState:
+    """Instances of one role by lifecycle state, from the API server (exact, not scraped)."""
+
+    desired: int
+    pending: int
+    loading: int
+    ready: int
+    draining: int
+
+    @property
+    def current(self) -> int:
+        """Instances counted by a ReplicaSet/HPA as current replicas (not draining)."""
+        return self.pending + self.loading + self.ready
+
+
+@dataclass(frozen=True)
+class RevisionView:
+    """Scraped per-revision signals over the window (canary analysis)."""
+
+    requests_rate: float
+    error_rate: float | None
+    ttft_p90: float | None
+    ttft_p95: float | None
+    tpot_p90: float | None
+    requests_in_window: float
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything a policy may know at ``now``: fleet state (exact) and scraped metrics (late, windowed)."""
+
+    now: float
+    prefill: RoleState
+    decode: RoleState
+    pairs: int
+    """Pair groups (not draining) when the fleet runs pairs; 0 otherwise."""
+    scrape_time: float | None
+    """Time of the newest visible scrape (now − lag or older); None before the first one."""
+    ready_scraped: tuple[int, int]
+    running: tuple[float, float] | None
+    """Sum of ``vllm:num_requests_running`` per role."""
+    waiting: tuple[float, float] | None
+    """Sum of ``vllm:num_requests_waiting`` per role."""
+    kv_usage: float | None
+    """Mean ``vllm:kv_cache_usage_perc`` of decode instances (0–1)."""
+    prefill_busy: float | None
+    """Mean busy fraction of prefill instances over the window."""
+    request_rate: float | None
+    prompt_token_rate: float | None
+    generation_token_rate: float | None
+    isl_mean: float | None
+    osl_mean: float | None
+    ttft_p90: float | None
+    ttft_p95: float | None
+    tpot_p90: float | None
+    tpot_mean: float | None
+    ttft_mean: float | None
+    error_rate: float | None
+    local_hit_ratio: float | None
+    external_hit_ratio: float | None
+    revisions: dict[str, RevisionView]
+    instances: tuple[InstanceGauge, ...] = ()
+    """Per-instance gauges of serving pairs in the visible scrape."""
+    serving_pairs_scraped: int = 0
+    """Serving pair groups when the visible scrape was taken (the capacity behind the metrics)."""
+    serving_instances_scraped: tuple[int, int] = (0, 0)
+    shape_rollout: bool = False
+    """Pair groups of more than one shape exist (a P:D change is being rolled out)."""
+
+    def role(self, role: int) -> RoleState:
+        return self.prefill if role == PREFILL else self.decode
+
+
+def _rate(new: float, old: float, dt: float) -> float:
+    return (new - old) / dt if dt > 0 else 0.0
+
+
+def _div(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def observe(
+    store: ScrapeStore, now: float, lag_s: float, window_s: float, prefill: RoleState, decode: RoleState, pairs: int
+) -> Observation:
+    """Build the :class:`Observation` a policy sees at ``now`` (see module docstring)."""
+    new = store.at_or_before(now - lag_s)
+    if new is None:
+        return Observation(
+            now,
+            prefill,
+            decode,
+            pairs,
+            None,
+            (0, 0),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            {},
+        )
+    old = store.at_or_before(new.t - window_s)
+    dt = new.t - old.t if old is not None else 0.0
+    c_new = new.counters
+    c_old = old.counters if old is not None else None
+
+    def rate(name: str) -> float | None:
+        if c_old is None or dt <= 0:
+            return None
+        return _rate(c_new[name], c_old[name], dt)
+
+    def delta(name: str) -> float:
+        return c_new[name] - (c_old[name] if c_old is not None else 0.0)
+
+    ttft_counts = np.zeros(len(TTFT_BUCKETS) + 1)
+    tpot_counts = np.zeros(len(TPOT_BUCKETS) + 1)
+    revisions: dict[str, RevisionView] = {}
+    for rev, series in new.revisions.items():
+        before = old.revisions.get(rev) if old is not None else None
+        d_ttft = series.ttft - (before.ttft if before is not None else 0.0)
+        d_tpot = series.tpot - (before.tpot if before is not None else 0.0)
+        d_req = series.requests - (before.requests if before is not None else 0.0)
+        d_err = series.errors - (before.errors if before is not None else 0.0)
+        ttft_counts += d_ttft
+        tpot_counts += d_tpot
+        revisions[rev] = RevisionView(
+            requests_rate=d_req / dt if dt > 0 else 0.0,
+            error_rate=_div(d_err, d_req),
+            ttft_p90=histogram_quantile(0.90, TTFT_BUCKETS, d_ttft),
+            ttft_p95=histogram_quantile(0.95, TTFT_BUCKETS, d_ttft),
+            tpot_p90=histogram_quantile(0.90, TPOT_BUCKETS, d_tpot),
+            requests_in_window=d_req,
+        )
+    busy = rate("prefill_busy_s")
+    ready_p = new.ready[PREFILL]
+    finished = delta("finished")
+    return Observation(
+        now=now,
+        prefill=prefill,
+        decode=decode,
+        pairs=pairs,
+        scrape_time=new.t,
+        ready_scraped=new.ready,
+        running=new.running,
+        waiting=new.waiting,
+        kv_usage=new.kv_usage_mean if new.ready[DECODE] > 0 else None,
+        prefill_busy=(busy / ready_p) if busy is not None and ready_p > 0 else None,
+        request_rate=rate("requests"),
+        prompt_token_rate=rate("prompt_tokens"),
+        generation_token_rate=rate("generation_tokens"),
+        isl_mean=_div(delta("isl_sum"), finished),
+        osl_mean=_div(delta("osl_sum"), finished),
+        ttft_p90=histogram_quantile(0.90, TTFT_BUCKETS, ttft_counts),
+        ttft_p95=histogram_quantile(0.95, TTFT_BUCKETS, ttft_counts),
+        tpot_p90=histogram_quantile(0.90, TPOT_BUCKETS, tpot_counts),
+        tpot_mean=_div(delta("tpot_sum"), delta("tpot_count")),
+        ttft_mean=_div(delta("ttft_sum"), delta("ttft_count")),
+        error_rate=_div(delta("errors"), delta("requests")),
+        local_hit_ratio=_div(delta("local_hits"), delta("local_queries")),
+        external_hit_ratio=_div(delta("external_hits"), delta("external_queries")),
+        revisions=revisions,
+        instances=new.instances,
+        serving_pairs_scraped=new.serving_pairs,
+        serving_instances_scraped=new.serving_instances,
+    )
