@@ -12,20 +12,18 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
-from tandem.dev.exporter import Behaviour, Exporter
+from tandem.dev.exporter import Exporter
 from tandem.dev.kube import Kubectl
-from tandem.dev.podmetrics import PodMetricsBridge
 from tandem.dev.prometheus import PrometheusServer
+from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 REPLICAS = 3
 IMAGE = "docker.io/vllm/vllm-openai-rocm:{tag}@sha256:" + "ab" * 32
@@ -115,19 +113,6 @@ class FloorObserver:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-
-
-@pytest.fixture
-def live_metrics(crds: Kubectl, ns: str, prometheus: PrometheusServer) -> Iterator[Exporter]:
-    exporter = Exporter(seed=7, tick_s=0.25, default=Behaviour(request_rate=20.0))
-    exporter.start()
-    bridge = PodMetricsBridge(crds, [ns], exporter, prometheus, prefix=f"canary-{ns}")
-    bridge.start()
-    try:
-        yield exporter
-    finally:
-        bridge.stop()
-        exporter.stop()
 
 
 @pytest.fixture

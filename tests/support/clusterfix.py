@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from tests.support.tandem_cluster import GpuNodes, OperatorProcess, install_crds
 
 from tandem.dev import audit
 from tandem.dev import cluster as devcluster
 from tandem.dev.kube import Kubectl, KubectlError
 from tandem.dev.prometheus import PrometheusServer
 from tandem.dev.testenv import CLUSTER_BINARIES, TestenvError, Toolchain, locate
+from tests.support.tandem_cluster import GpuNodes, OperatorProcess, install_crds
 
 REPO = Path(__file__).resolve().parents[2]
 FAILURE_DIR = REPO / ".logs" / "cluster-tests"
@@ -348,3 +348,23 @@ def operator_identity(dev_cluster: DevCluster, crds: Kubectl, ns: str) -> Iterat
 
     yield rbac.operator_identity(dev_cluster.kube, dev_cluster.state, ns)
     rbac.drop_identity(dev_cluster.kube, ns)
+
+
+@pytest.fixture
+def live_metrics(crds: Kubectl, ns: str, prometheus: PrometheusServer) -> Iterator[Any]:
+    """The test exporter mirroring this namespace's engine pods, scraped by the session's Prometheus.
+
+    Yields the `Exporter`: script per-revision behaviour with ``set_revision(rev, ...)``.
+    """
+    from tandem.dev.exporter import Behaviour, Exporter  # noqa: PLC0415
+    from tandem.dev.podmetrics import PodMetricsBridge  # noqa: PLC0415
+
+    exporter = Exporter(seed=7, tick_s=0.25, default=Behaviour(request_rate=20.0))
+    exporter.start()
+    bridge = PodMetricsBridge(crds, [ns], exporter, prometheus, prefix=f"live-{ns}")
+    bridge.start()
+    try:
+        yield exporter
+    finally:
+        bridge.stop()
+        exporter.stop()

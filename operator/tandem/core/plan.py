@@ -220,6 +220,8 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     # 8. autoscaling: the total pair count (the rollout splits it), only when an evaluation was due
     scale_to: int | None = None
     autoscale_state = snapshot.autoscale_state
+    if spec.autoscaling.enabled:  # come back for the next evaluation even when nothing else happens
+        requeue = min(requeue, max(1.0, parse_duration(spec.autoscaling.interval)))
     if spec.autoscaling.enabled and snapshot.scaling_metrics is not None:
         serving = sum(1 for p in table.pairs if p.state is PairState.SERVING)
         context = ScaleContext(
