@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tests.chart.chartlib import CHART, FULL_VALUES, MINIMAL_VALUES, of_kind, one, render
 
 pytestmark = pytest.mark.contract

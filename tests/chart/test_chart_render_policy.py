@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from tests.chart.chartlib import (
     CHART,
     CHART_CRDS,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.chart.chartlib import CHART, CI_VALUES, KUBE_VERSION, MINIMAL_VALUES, HelmError, annotation_line, render_text
 from tests.chart.chartlib import run_helm as helm
 

@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tests.chart.chartlib import CHART, RELEASE, RELEASE_NAMESPACE, TEST_DIGEST, run_helm
 
 from tandem.dev import cluster as devcluster
 from tandem.dev.kube import Kubectl
+from tests.chart.chartlib import CHART, RELEASE, RELEASE_NAMESPACE, TEST_DIGEST, run_helm
 
 if TYPE_CHECKING:
     from conftest import DevCluster

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+from tandem.dev.kube import Kubectl
 from tests.chart.chartlib import FULL_VALUES, MINIMAL_VALUES, render_text
 from tests.cluster.chart_fixtures import (
     OPERATOR_USER,
@@ -31,8 +33,6 @@ from tests.cluster.chart_fixtures import (
     install_chart,
     wait_gone,
 )
-
-from tandem.dev.kube import Kubectl
 
 if TYPE_CHECKING:
     from conftest import DevCluster

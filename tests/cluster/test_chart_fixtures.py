@@ -6,6 +6,7 @@ yields authenticates as that ServiceAccount.
 from __future__ import annotations
 
 import pytest
+
 from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, chart_ns, tandem_chart
 
 __all__ = ["chart_ns", "tandem_chart"]  # fixtures imported for pytest to register them here

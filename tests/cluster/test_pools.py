@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 from tandem.dev import audit
 from tandem.dev.kube import Kubectl
 from tandem.dev.nodes import set_gpu_allocatable
+from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 SPEED = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())
 

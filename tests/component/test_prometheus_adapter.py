@@ -24,7 +24,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from tests.fakes import prometheus as fp
 
 from tandem.adapters.prometheus import (
     Credentials,
@@ -38,6 +37,7 @@ from tandem.adapters.prometheus import (
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.core import gates as g
 from tandem.core.promql import QueryStatus, parse_prom_duration
+from tests.fakes import prometheus as fp
 
 pytestmark = pytest.mark.component
 

@@ -13,8 +13,6 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.catalog import BadInput, case_params, example_files
-from tests.support.tandem_cluster import REPO, wait_until
 
 from tandem.api.common import Condition
 from tandem.api.pool_status import (
@@ -31,6 +29,8 @@ from tandem.api.pool_status import (
 )
 from tandem.api.validate import validate_object
 from tandem.dev.kube import Kubectl, KubectlError
+from tests.support.catalog import BadInput, case_params, example_files
+from tests.support.tandem_cluster import REPO, wait_until
 
 
 def server_dry_run(kube: Kubectl, namespace: str, obj: dict[str, Any]) -> str | None:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from tests.support.tandem_cluster import LOGS, REPO, GpuNodes, wait_until
 
 from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_spec
@@ -18,6 +17,7 @@ from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot, parse_node
 from tandem.core.plan import plan_pool
 from tandem.dev.kube import Kubectl
+from tests.support.tandem_cluster import LOGS, REPO, GpuNodes, wait_until
 
 PAIRS = 95
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.catalog import BadInput, case_params, load_cases
 
 from tandem.api.validate import validate_object
+from tests.support.catalog import BadInput, case_params, load_cases
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.catalog import EXAMPLES, example_files
 
 from tandem.api.resources import KIND_BY_NAME
 from tandem.api.validate import validate_object
+from tests.support.catalog import EXAMPLES, example_files
 
 pytestmark = pytest.mark.unit
 

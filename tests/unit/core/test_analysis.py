@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.fakes import prometheus as fp
 
 from tandem.api.pool import AnalysisSpec, AnalysisStep, EvalGate, MetricGate
 from tandem.api.pool_status import AnalysisProgress, GateVerdict
 from tandem.core import analysis as a
 from tandem.core import gates as g
+from tests.fakes import prometheus as fp
 
 pytestmark = pytest.mark.unit
 

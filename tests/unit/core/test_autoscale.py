@@ -10,17 +10,6 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from tests.unit.core.factories_autoscale import (
-    WARM,
-    Loop,
-    Plant,
-    make_autoscaling,
-    make_snapshot,
-    no_data,
-    reference_autoscaling,
-    reversals,
-    scaled_examples,
-)
 
 from tandem.api.pool import AutoscalingSpec
 from tandem.api.pool_status import ScalingDecision
@@ -66,6 +55,17 @@ from tandem.core.autoscale import (
     compute_desired_pairs,
     compute_role_ratio,
     equivalent_pairs,
+)
+from tests.unit.core.factories_autoscale import (
+    WARM,
+    Loop,
+    Plant,
+    make_autoscaling,
+    make_snapshot,
+    no_data,
+    reference_autoscaling,
+    reversals,
+    scaled_examples,
 )
 
 pytestmark = pytest.mark.unit

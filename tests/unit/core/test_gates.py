@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.fakes import prometheus as fp
 
 from tandem.api.pool import AnalysisSpec, EvalGate, MetricGate
 from tandem.core import gates as g
 from tandem.core.promql import QueryRenderError, QueryResult, QueryStatus
+from tests.fakes import prometheus as fp
 
 pytestmark = pytest.mark.unit
 

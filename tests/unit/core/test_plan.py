@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.factories import World, make_nodes, make_pool
 
 from tandem.core import conditions as c
 from tandem.core.plan import plan_pool
 from tandem.routing.table import PairState
+from tests.support.factories import World, make_nodes, make_pool
 
 pytestmark = pytest.mark.unit
 

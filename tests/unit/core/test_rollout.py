@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.factories import T0, World, make_nodes, make_pool
 
 from tandem.api.pool_status import RolloutStatus
 from tandem.api.revision import revision_id, revision_spec
 from tandem.core.rollout import RevisionCounts, RolloutInputs, canary_target, plan_rollout
 from tandem.routing.table import PairState
+from tests.support.factories import T0, World, make_nodes, make_pool
 
 pytestmark = pytest.mark.unit
 

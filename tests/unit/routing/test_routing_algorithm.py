@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.unit.routing.routing_factories import make_pairs, make_table, scaled_examples
 
 from tandem.routing import (
     Admission,
@@ -41,6 +40,7 @@ from tandem.routing import (
     select,
     select_for_table,
 )
+from tests.unit.routing.routing_factories import make_pairs, make_table, scaled_examples
 
 pytestmark = pytest.mark.unit
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.unit.routing.routing_factories import make_pairs
 
 from tandem.routing import Outcome, PairLoad, WalkBound, candidates, routing_key_from_blocks, select
+from tests.unit.routing.routing_factories import make_pairs
 
 pytestmark = pytest.mark.unit
 

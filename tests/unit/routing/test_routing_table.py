@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from tests.unit.routing.routing_factories import make_table, scaled_examples
 
 from tandem.routing import (
     CONFIGMAP_KEY,
@@ -22,6 +21,7 @@ from tandem.routing import (
     RoutingTable,
     configmap_name,
 )
+from tests.unit.routing.routing_factories import make_table, scaled_examples
 
 pytestmark = pytest.mark.unit
 
