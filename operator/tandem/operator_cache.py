@@ -7,9 +7,9 @@ liveness) at call time, never at import time, so the import may sit anywhere in 
 - A daemon per cache runs `tandem.reconcile.cache.reconcile_cache` one pass at a time and sleeps until
   woken or until the pass's requeue time.
 - Wake-ups: events on the cache itself, on its pods (label `tandem.dev/cache`), on its ConfigMap
-  (only once the operator's ConfigMap watch selector lets it through: see the module's README in
-  docs/design/003-mooncake.md), on nodes whose placement-relevant fields changed, and on pools whose
-  `kvCache.mooncakeRef` changed (the old and the new cache are woken: `referencedBy` moves).
+  (only once the operator's server-side ConfigMap selector lets it through: docs/design/003-mooncake.md
+  §7), on nodes whose placement-relevant fields changed, and on pools whose `kvCache.mooncakeRef`
+  changed (the old and the new cache are woken: `referencedBy` moves).
 - Pools are woken when a cache's spec, `status.endpoints` or Ready/Degraded conditions change, so a
   pool reports `KVCacheDegraded` (or picks up a new endpoint through its normal rollout) promptly.
 - Deletion: kopf stops the daemon when a cache is marked for deletion; the `release` on-delete handler

@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily
 from tandem import GROUP, VERSION
 from tandem.adapters.kube import WRITES, RealKube, load_config
 from tandem.adapters.prometheus import PrometheusProvider
-from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_POOL
+from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POOL, MANAGED_BY
 from tandem.reconcile.pool import Metrics, PassResult, PoolMemory, reconcile_pool
 
 log = logging.getLogger("tandem.operator")
@@ -122,6 +122,7 @@ class Runtime:
     last_pass: float = field(default_factory=time.monotonic)
     metrics: Metrics | None = None
     memory: dict[tuple[str, str], PoolMemory] = field(default_factory=dict)
+    placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def build_metrics(config: OperatorConfig) -> Metrics:
@@ -152,7 +153,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.reconnect_backoff = 2
     settings.watching.inactivity_timeout = 70
     settings.watching.label_selectors["v1", "pods"] = LABEL_COMPONENT
-    settings.watching.label_selectors["v1", "configmaps"] = LABEL_POOL
+    settings.watching.label_selectors["v1", "configmaps"] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
     settings.networking.error_backoffs = [1, 2, 4, 8, 16, 30]
@@ -165,6 +166,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig))
     RUNTIME.metrics = build_metrics(RUNTIME.config)
     RUNTIME.wakeups = Wakeups()
+    RUNTIME.placement_lock = asyncio.Lock()
     log.info("tandem operator starting; namespaces=%s", ",".join(RUNTIME.config.namespaces) or "(cluster-wide)")
 
 
@@ -254,14 +256,22 @@ async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStop
         wake.clear()
         try:
             memory = RUNTIME.memory.setdefault((namespace, name), PoolMemory())
-            result = await reconcile_pool(RUNTIME.kube, namespace, name, metrics=RUNTIME.metrics, memory=memory)
-            failures = 0 if not result.error else failures + 1
+            result = await reconcile_pool(
+                RUNTIME.kube,
+                namespace,
+                name,
+                metrics=RUNTIME.metrics,
+                memory=memory,
+                placement_lock=RUNTIME.placement_lock,
+                peer_namespaces=RUNTIME.config.namespaces,
+            )
+            failures = 0 if not result.error or result.conflict else failures + 1
         except Exception:  # a bug in one pool must not take down the others (OP-06)
             log.exception("reconcile of %s/%s failed", namespace, name)
             failures += 1
             result = PassResult(requeue_after=min(60.0, 10.0 * failures), error="exception")
         _record(namespace, name, result)
-        if result.error:
+        if result.error and not result.conflict:
             log.warning("pool %s/%s: %s (retry in %.0fs)", namespace, name, result.error, result.requeue_after or 0)
         delay = result.requeue_after if result.requeue_after is not None else 300.0
         if failures:
@@ -339,3 +349,7 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=liveness,
     )
     return 0
+
+
+# The MooncakeCache handlers live in their own module; importing it registers them with kopf.
+from tandem import operator_cache  # noqa: E402, F401

@@ -194,6 +194,11 @@ def ns(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]
         timeout_s=30,
     )
     yield name
+    # The operator is gone by now: release its finalizers so the namespace can actually go away.
+    for kind in ("inferencepools.tandem.dev", "mooncakecaches.tandem.dev"):
+        out = kube.run("get", kind, "-n", name, "-o", "name", check=False).stdout.split()
+        for obj in out:
+            kube.run("patch", obj, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
     kube.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 

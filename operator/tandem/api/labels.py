@@ -32,13 +32,12 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_VERSION: Final = "app.kubernetes.io/version"
+LABEL_INSTANCE_NAME: Final = "app.kubernetes.io/instance"
 MANAGED_BY: Final = "tandem"
 
 ANNOTATION_CONFIRM_DELETE: Final = f"{GROUP}/confirm-delete"
 ANNOTATION_PROMOTE: Final = f"{GROUP}/promote"
 ANNOTATION_ABORT: Final = f"{GROUP}/abort"
-ANNOTATION_ROLL_FORWARD: Final = f"{GROUP}/roll-forward"
-ANNOTATION_REVISION_HASH: Final = f"{GROUP}/revision-hash"
 ANNOTATION_SIM_LOAD_SECONDS: Final = f"{GROUP}/sim-load-seconds"
 FINALIZER: Final = f"{GROUP}/finalizer"
 FIELD_MANAGER: Final = "tandem-operator"
@@ -49,6 +48,10 @@ COMPONENT_REVISION: Final = "revision"
 COMPONENT_EVAL: Final = "eval"
 
 MAX_NAME_LENGTH: Final = 63
+
+# AMD node labeller (ROCm/k8s-device-plugin) device ids per Instinct model: lower-case hex, no 0x.
+LABEL_GPU_DEVICE_ID: Final = "amd.com/gpu.device-id"
+GPU_DEVICE_IDS: Final = {"MI300X": "74a1", "MI325X": "74a5", "MI355X": "75a3"}
 
 
 class NameTooLongError(ValueError):

@@ -110,8 +110,8 @@ class TrafficSpec(ApiModel):
     traffic_class: Annotated[DnsLabel, Field(alias="class")] = "default"
     """Traffic class, e.g. `speed`, `long-context` or `images`. Shown in the routing table."""
     priority: Annotated[int, Field(ge=0, le=1000)] = 100
-    """When several pools match a request, the highest priority wins (ties: the narrower prompt band, then the pool
-    name)."""
+    """When several pools match a request, the highest priority wins (ties: the more specific match — headers,
+    then an images rule, then token bounds — then the pool name)."""
     match: TrafficMatch = TrafficMatch()
     """Request match rules for this pool."""
 
@@ -267,8 +267,8 @@ class PlacementSpec(ApiModel):
     priority_class_name: Annotated[str, Field(max_length=253)] | None = None
     """PriorityClass for instance pods."""
     gpu_budget: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    """Most GPUs this pool may ever hold (at maxPairs, or replicas when autoscaling is off). Rejected at admission when
-    the shape would exceed it."""
+    """GPU budget checked at admission: maxPairs (or replicas when autoscaling is off) × GPUs per pair must fit.
+    The operator does not count rollout surge against it."""
     rdma: RdmaResource | None = None
     """RDMA device resource for KV transfer; also adds the IPC_LOCK capability."""
 
@@ -338,14 +338,40 @@ class ScalingRule(ApiModel):
     """How fast the autoscaler may move in one direction (HPA `behavior` semantics)."""
 
     stabilization_window: Duration
-    """The autoscaler acts on the most conservative recommendation within this window (HPA: 0s up, 300s down)."""
+    """The autoscaler acts on the most conservative recommendation within this window."""
+    period: Duration
+    """Length of the period the step limits apply to."""
+    max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)]
+    """Most pairs added or removed per period."""
+    max_percent: Annotated[int, Field(ge=1, le=1000)]
+    """Most pairs added or removed per period as a percent of the current count; the larger of the two limits
+    applies."""
+
+
+class ScaleUpRule(ScalingRule):
+    """Scale-up behaviour. Defaults follow HPA: act at once, up to max(4 pairs, +100 %) per 15 s."""
+
+    stabilization_window: Duration = "0s"
+    """The smallest recommendation within this window is used (0s: react to load at once)."""
     period: Duration = "15s"
     """Length of the period the step limits apply to."""
     max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] = 4
-    """Most pairs added or removed per period."""
+    """Most pairs added per period."""
     max_percent: Annotated[int, Field(ge=1, le=1000)] = 100
-    """Most pairs added or removed per period as a percent of the current count; the larger of the two limits
-    applies."""
+    """Most pairs added per period as a percent of the current count; the larger of the two limits applies."""
+
+
+class ScaleDownRule(ScalingRule):
+    """Scale-down behaviour. Defaults are conservative: 5 min of stable low load, then 1 pair (or 10 %) a minute."""
+
+    stabilization_window: Duration = "300s"
+    """The largest recommendation within this window is used (a short dip never removes capacity)."""
+    period: Duration = "60s"
+    """Length of the period the step limits apply to."""
+    max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] = 1
+    """Most pairs removed per period."""
+    max_percent: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Most pairs removed per period as a percent of the current count; the larger of the two limits applies."""
 
 
 class RatioAdjustment(ApiModel):
@@ -361,8 +387,8 @@ class RatioAdjustment(ApiModel):
     }
 
     enabled: bool = False
-    """Let the autoscaler change instances per role within the bounds below (each change is a rollout of the pair
-    shape)."""
+    """Let the autoscaler change instances per role within the bounds below (each change is a rollout of the
+    pair shape). v0.1: evaluated by the fleet simulator; the operator does not act on it yet."""
     min_prefill: Annotated[int, Field(ge=1, le=16)] = 1
     """Fewest prefill instances per pair group."""
     max_prefill: Annotated[int, Field(ge=1, le=16)] = 1
@@ -394,10 +420,10 @@ class AutoscalingSpec(ApiModel):
     """No change while every metric is within this percent of its target."""
     targets: SloTargets = SloTargets()
     """The SLO targets."""
-    scale_up: ScalingRule = ScalingRule(stabilization_window="0s", period="15s", max_pairs=4, max_percent=100)
-    """Scale-up behaviour."""
-    scale_down: ScalingRule = ScalingRule(stabilization_window="300s", period="60s", max_pairs=1, max_percent=10)
-    """Scale-down behaviour."""
+    scale_up: ScaleUpRule = ScaleUpRule()
+    """Scale-up behaviour; fields left out keep the scale-up defaults."""
+    scale_down: ScaleDownRule = ScaleDownRule()
+    """Scale-down behaviour; fields left out keep the scale-down defaults."""
     ratio: RatioAdjustment = RatioAdjustment()
     """Optional P:D ratio adjustment."""
 
@@ -425,6 +451,11 @@ class MetricGate(ApiModel):
             Rule(
                 "has(self.successCondition) || has(self.failureCondition)",
                 "analysis metric: a condition is required (successCondition or failureCondition)",
+            ),
+            Rule(
+                "!(has(self.template) && has(self.query))",
+                "analysis metric: set template or query, not both",
+                field_path=".query",
             ),
         )
     }
@@ -535,7 +566,7 @@ class PauseStep(ApiModel):
     """Hold the rollout."""
 
     duration: Duration | None = None
-    """How long to hold; unset holds until `tandem rollout resume`."""
+    """How long to hold; unset holds until `tandem rollout promote` skips the step."""
 
 
 class AnalysisStep(ApiModel):
@@ -583,7 +614,18 @@ class RolloutSpec(ApiModel):
                 "!(self.maxSurge == 0 && self.maxUnavailable == 0)",
                 "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
                 field_path=".maxSurge",
-            )
+            ),
+            Rule(
+                "has(self.analysis.eval) || !self.steps.exists(s, has(s.analysis) && s.analysis.eval)",
+                "rollout.steps: an analysis step asks for the eval gate but rollout.analysis.eval is not set",
+                field_path=".steps",
+            ),
+            Rule(
+                "self.steps.all(s, !has(s.analysis) || "
+                "s.analysis.metrics.all(m, self.analysis.metrics.exists(g, g.name == m)))",
+                "rollout.steps: an analysis step names a metric that rollout.analysis.metrics does not define",
+                field_path=".steps",
+            ),
         )
     }
 
@@ -610,7 +652,9 @@ class RolloutSpec(ApiModel):
     max_unavailable: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 0
     """Pairs that may be below pairs.replicas during a rollout."""
     progress_deadline: Duration = "30m"
-    """A step that makes no progress for this long (e.g. canary pairs never Ready) triggers the failure action."""
+    """A setWeight/setCanaryPairs step whose canary gains no Ready pair for this long (e.g. canary pods never get
+    Ready) triggers the failure action. Size it to at least a model load; a large step moves maxSurge pairs at a
+    time."""
     failure_action: Literal["Rollback", "Pause"] = "Rollback"
     """What a failed gate or a missed deadline does."""
     paused: bool = False
@@ -687,6 +731,8 @@ __all__ = [
     "RolloutSpec",
     "RolloutStep",
     "RoutingSpec",
+    "ScaleDownRule",
+    "ScaleUpRule",
     "ScalingRule",
     "SloTargets",
     "StackSpec",

@@ -26,7 +26,7 @@ class PairCounts(ApiModel):
     desired: Count = 0
     """Pair groups the pool should have (spec.pairs.replicas)."""
     current: Count = 0
-    """Pair groups that exist, complete or not, any revision."""
+    """Pair groups that exist and are not draining, complete or not, any revision."""
     ready: Count = 0
     """Pair groups whose prefill and decode instances are all Ready."""
     updated: Count = 0
@@ -192,7 +192,7 @@ class InferencePoolStatus(ApiModel):
     observed_generation: Annotated[int, Field(ge=0)] = 0
     """The .metadata.generation this status describes."""
     conditions: ConditionList = []
-    """Ready, Progressing, Degraded, KVCacheDegraded, MetricsAvailable (metav1.Condition shape)."""
+    """Ready, Progressing, Degraded and, with a MooncakeCache, KVCacheDegraded (metav1.Condition shape)."""
     replicas: Count = 0
     """Pair groups that exist (scale subresource status)."""
     selector: Annotated[str, Field(max_length=512)] = ""

@@ -110,6 +110,11 @@ _NAME_RULE = Rule(
     f"self.metadata.name.size() <= {MAX_NAME}",
     f"metadata.name must be at most {MAX_NAME} characters (Tandem derives pod and ConfigMap names from it)",
 )
+_DNS1035_RULE = Rule(
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+    "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): "
+    "Tandem derives Service names from it",
+)
 _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
 _READY = PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status', description="Ready condition")
 
@@ -144,7 +149,7 @@ INFERENCE_POOL = KindInfo(
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     },
-    root_rules=(_NAME_RULE,),
+    root_rules=(_NAME_RULE, _DNS1035_RULE),
 )
 
 MOONCAKE_CACHE = KindInfo(
@@ -168,7 +173,7 @@ MOONCAKE_CACHE = KindInfo(
         _AGE,
         PrinterColumn("Master", ".status.endpoints.master", priority=1, description="Master address"),
     ),
-    root_rules=(_NAME_RULE,),
+    root_rules=(_NAME_RULE, _DNS1035_RULE),
 )
 
 KINDS: tuple[KindInfo, ...] = (INFERENCE_POOL, MOONCAKE_CACHE)

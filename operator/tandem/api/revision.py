@@ -8,7 +8,8 @@ revision is stored as a snapshot (ConfigMap `<pool>-rev-<id>`) and pods carry th
 
 Why these fields: everything that changes an instance pod (model, stack, pair shape, placement,
 admission flags, KV-cache wiring) is part of the revision; `pairs.replicas`, `routing`, `autoscaling`,
-`rollout` and `traffic` are not (they change counts, routing or policy, never a pod).
+`rollout` and `traffic` are not (they change counts, routing or policy, never a pod), and neither are the
+few placement/admission fields in `NOT_IN_POD` (spread key, GPU budget, the router's fast-reject limits).
 
 The id hashes the snapshot with default-valued fields left out, so adding a new optional field with a
 default to a later API version does not change existing ids (an operator upgrade rolls nothing).
@@ -87,8 +88,15 @@ def revision_spec(spec: InferencePoolSpec, cache: CacheWiring | None = None) -> 
     )
 
 
+# Fields that ride along in the snapshot but never change a pod: they must not start a rollout.
+NOT_IN_POD = {
+    "placement": {"gpu_budget", "spread_topology_key"},
+    "admission": {"max_queued", "max_kv_cache_utilization_percent", "reject_status"},
+}
+
+
 def revision_id(rev: RevisionSpec) -> str:
-    """Short, stable hash of a revision (defaults excluded; see module docstring)."""
-    payload = rev.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude_none=True)
+    """Short, stable hash of a revision (defaults and non-pod fields excluded; see module docstring)."""
+    payload = rev.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude_none=True, exclude=NOT_IN_POD)
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return digest[:REVISION_ID_LENGTH]

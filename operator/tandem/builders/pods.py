@@ -8,7 +8,8 @@ What goes in (integration.md names, vLLM 0.33):
 - `vllm serve <model>` with `--served-model-name`, `--tensor-parallel-size`, `--pipeline-parallel-size`,
   `--max-model-len`, `--max-num-seqs` (admission.maxInFlight), prefix caching on/off and
   `--kv-transfer-config` (prefill = producer, decode = consumer; with a MooncakeCache a MultiConnector
-  adds `MooncakeStoreConnector` as `kv_both`), then the stack's and the role's extra args.
+  adds `MooncakeStoreConnector`: `kv_both` on prefill, `kv_consumer` on decode), then the stack's and
+  the role's extra args.
 - env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` and
   `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
   prefill, `MOONCAKE_CONFIG_PATH` when a cache is wired, the weights token as a file.
@@ -26,8 +27,11 @@ from typing import Any
 
 from tandem.api.labels import (
     COMPONENT_ENGINE,
+    GPU_DEVICE_IDS,
     LABEL_COMPONENT,
+    LABEL_GPU_DEVICE_ID,
     LABEL_INSTANCE,
+    LABEL_INSTANCE_NAME,
     LABEL_NAME,
     LABEL_PAIR,
     LABEL_REVISION,
@@ -51,7 +55,6 @@ MODEL_CACHE_DIR = "/models-cache"
 DEFAULT_CPU_PER_GPU = 8
 DEFAULT_MEMORY_GI_PER_GPU = 64
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-DEVICE_IDS = {"MI300X": "74a1", "MI325X": "74a5", "MI355X": "75a3"}
 
 
 @dataclass(frozen=True)
@@ -92,18 +95,18 @@ def kv_transfer_config(spec: RevisionSpec, role: Role) -> dict[str, Any]:
     """The `--kv-transfer-config` of one role (vLLM 0.33 connector names)."""
     connector = spec.stack.kv_transfer.connector
     producer = role == "prefill"
-    if connector == "NixlConnector":
-        config: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-    else:
-        config = {"kv_connector": connector, "kv_role": "kv_producer" if producer else "kv_consumer"}
-    if connector == "MooncakeConnector" and spec.cache is not None:
+    p2p_role = "kv_both" if connector == "NixlConnector" else "kv_producer" if producer else "kv_consumer"
+    config: dict[str, Any] = {"kv_connector": connector, "kv_role": p2p_role}
+    if spec.cache is not None:
+        # The shared tier rides along any P->D connector through a MultiConnector. Decoders only read
+        # from the store (they write only with save_decode_cache), so their store child is a consumer.
         config = {
             "kv_connector": "MultiConnector",
             "kv_role": "kv_producer" if producer else "kv_consumer",
             "kv_connector_extra_config": {
                 "connectors": [
-                    {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer" if producer else "kv_consumer"},
-                    {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"},
+                    {"kv_connector": connector, "kv_role": p2p_role},
+                    {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both" if producer else "kv_consumer"},
                 ]
             },
         }
@@ -148,10 +151,10 @@ def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str) -> list[dic
         {"name": "HF_HOME", "value": MODEL_CACHE_DIR},
     ]
     connector = spec.stack.kv_transfer.connector
-    if connector == "MooncakeConnector":
+    if connector == "MooncakeConnector" or spec.cache is not None:
         env.append(_field_env("MOONCAKE_REQUESTER_LOCAL_HOSTNAME", "status.podIP"))
-        if role == "prefill":
-            env.append({"name": "VLLM_MOONCAKE_BOOTSTRAP_PORT", "value": str(MOONCAKE_BOOTSTRAP_PORT)})
+    if connector == "MooncakeConnector" and role == "prefill":
+        env.append({"name": "VLLM_MOONCAKE_BOOTSTRAP_PORT", "value": str(MOONCAKE_BOOTSTRAP_PORT)})
     if connector == "NixlConnector":
         env.append(_field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"))
     if spec.cache is not None:
@@ -183,7 +186,7 @@ def _affinity(params: InstanceParams) -> dict[str, Any]:
         terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": [params.node]})
     if spec.placement.gpu_product is not None:
         terms.append(
-            {"key": "amd.com/gpu.device-id", "operator": "In", "values": [DEVICE_IDS[spec.placement.gpu_product]]}
+            {"key": LABEL_GPU_DEVICE_ID, "operator": "In", "values": [GPU_DEVICE_IDS[spec.placement.gpu_product]]}
         )
     affinity: dict[str, Any] = {}
     if terms:
@@ -225,7 +228,7 @@ def instance_labels(params: InstanceParams) -> dict[str, str]:
             LABEL_COMPONENT: COMPONENT_ENGINE,
             LABEL_NAME: "tandem-engine",
             LABEL_VERSION: params.spec.stack.version,
-            "app.kubernetes.io/instance": params.pool,
+            LABEL_INSTANCE_NAME: params.pool,
         }
     )
     return labels

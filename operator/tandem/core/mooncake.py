@@ -489,8 +489,8 @@ def _live(pod: ObservedPod) -> bool:
 def _plan_fixed(
     pods: Sequence[ObservedPod], count: int, component: Component, template: str
 ) -> tuple[list[PodCreate], list[PodDelete]]:
-    """Masters and the metadata server: indexes 0..count-1; failed, surplus or stale pods go (one stale
-    pod at a time, and only while every other one is Ready)."""
+    """Masters and the metadata server: indexes 0..count-1; failed, surplus or stale pods go (stale ones
+    that are not Ready at once, a Ready stale one only while every other one is Ready)."""
     creates: list[PodCreate] = []
     deletes: list[PodDelete] = []
     present: dict[int, ObservedPod] = {}
@@ -513,9 +513,10 @@ def _plan_fixed(
     if not creates and not deletes:
         live = [present[i] for i in range(count) if i in present and _live(present[i])]
         stale = [p for p in live if p.annotations.get(ANNOTATION_TEMPLATE_HASH) != template]
+        broken = [p for p in stale if not p.ready]
         others_ready = len(live) == count and all(p.ready for p in live if p not in stale[:1])
-        if stale and others_ready:
-            deletes.append(PodDelete(stale[0].name, stale[0].uid, f"{component} spec changed"))
+        for pod in broken or (stale[:1] if others_ready else []):
+            deletes.append(PodDelete(pod.name, pod.uid, f"{component} spec changed"))
     return creates, deletes
 
 
@@ -568,16 +569,25 @@ def plan_cache(snapshot: CacheSnapshot) -> CachePlan:
     added = list(placement.added)
     for store in added:
         events.append(Event(EVENT_NORMAL, "StorePlaced", f"store {store.id} placed on {store.node} ({store.domain})"))
-    replaced: tuple[StoreAssignment, StoreAssignment] | None = None
+    # Stale stores (another template hash): the not-Ready ones hold nothing and all go at once (so a fixed
+    # image or flag reaches a crash-looping fleet); a Ready one goes only while every other store is
+    # Ready, one per pass. A replacement takes a fresh id on the same node and slot.
+    replaced: dict[int, StoreAssignment] = {}
     if not placement.added and not placement.removed and not any(p.deleting for p in snapshot.stores):
         stale = [
             a for a in placement.kept if store_pods[a.id].annotations.get(ANNOTATION_TEMPLATE_HASH) != hashes.store
         ]
-        if stale and all(a.ready for a in placement.kept):
-            old_store = stale[0]
-            new_id = min(set(range(len(taken) + 1)) - taken)
-            new_store = StoreAssignment(new_id, old_store.node, old_store.slot, old_store.domain)
-            replaced = (old_store, new_store)
+        broken = [a for a in stale if not a.ready]
+        if broken:
+            chosen = broken
+        elif stale and all(a.ready for a in placement.kept):
+            chosen = stale[:1]
+        else:
+            chosen = []
+        free_ids = (i for i in range(len(taken) + len(chosen) + 1) if i not in taken)
+        for old_store in chosen:
+            new_store = StoreAssignment(next(free_ids), old_store.node, old_store.slot, old_store.domain)
+            replaced[old_store.id] = new_store
             pod = store_pods[old_store.id]
             deletes.append(PodDelete(pod.name, pod.uid, f"store {old_store.id}: spec changed"))
             added.append(new_store)
@@ -585,7 +595,7 @@ def plan_cache(snapshot: CacheSnapshot) -> CachePlan:
                 Event(
                     EVENT_NORMAL,
                     "StoreReplaced",
-                    f"store {old_store.id} on {old_store.node} replaced by store {new_id}",
+                    f"store {old_store.id} on {old_store.node} replaced by store {new_store.id} (spec changed)",
                 )
             )
     for store in added:
@@ -598,9 +608,7 @@ def plan_cache(snapshot: CacheSnapshot) -> CachePlan:
                 annotations={ANNOTATION_TEMPLATE_HASH: hashes.store, ANNOTATION_STORE_SLOT: str(store.slot)},
             )
         )
-    placed = [a for a in placement.placed if replaced is None or a.id != replaced[0].id]
-    if replaced is not None:
-        placed = sorted([*placed, replaced[1]], key=lambda a: a.id)
+    placed = sorted([a for a in placement.placed if a.id not in replaced] + list(replaced.values()), key=lambda a: a.id)
 
     # 3. health
     ready_ids = {sid for sid, pod in store_pods.items() if pod.ready and not pod.deleting}

@@ -31,12 +31,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tandem.api.common import Toleration
+from tandem.api.labels import GPU_DEVICE_IDS, LABEL_GPU_DEVICE_ID
 from tandem.api.pool import PlacementSpec
 from tandem.core.observed import ObservedNode, ObservedPod
 
-# AMD node labeller device ids (integration.md §1.2): lower-case hex, no 0x.
-DEVICE_IDS: Mapping[str, str] = {"MI300X": "74a1", "MI325X": "74a5", "MI355X": "75a3"}
-LABEL_DEVICE_ID = "amd.com/gpu.device-id"
+DEVICE_IDS: Mapping[str, str] = GPU_DEVICE_IDS  # AMD node labeller ids (integration.md §1.2)
+LABEL_DEVICE_ID = LABEL_GPU_DEVICE_ID
 
 
 @dataclass

@@ -36,7 +36,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tandem.api.labels import Role, pod_name, pool_selector, routing_configmap_name, selector_string
+from tandem.api.labels import (
+    ANNOTATION_ABORT,
+    ANNOTATION_PROMOTE,
+    Role,
+    pod_name,
+    pool_selector,
+    routing_configmap_name,
+    selector_string,
+)
 from tandem.api.pool_status import (
     GateVerdict,
     InferencePoolStatus,
@@ -131,6 +139,11 @@ class Plan:
     autoscale_state: AutoscaleState | None = None
 
 
+def _previous_canary_ready(status: InferencePoolStatus, desired: str) -> int:
+    canary = status.revisions.canary
+    return canary.ready_pairs if canary is not None and canary.name == desired else 0
+
+
 def infer_stable(pairs: Iterable[PairView], fallback: str) -> str:
     """With no status, the stable revision is the one most Ready pairs run (else the desired one)."""
     ready = Counter(p.revision for p in pairs if p.ready and p.revision)
@@ -178,8 +191,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             counts=counts,
             now=now,
             analysis=analysis,
-            promote_request=pool.metadata.annotations.get("tandem.dev/promote", ""),
-            abort_request=pool.metadata.annotations.get("tandem.dev/abort", ""),
+            promote_request=pool.metadata.annotations.get(ANNOTATION_PROMOTE, ""),
+            abort_request=pool.metadata.annotations.get(ANNOTATION_ABORT, ""),
+            previous_canary_ready=_previous_canary_ready(old_status, desired),
         )
     )
     events = list(decision.events)
@@ -774,11 +788,13 @@ def summarize(
         conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "False", reason, message, now, gen)
 
     problems: list[tuple[str, str]] = []
-    if actions.insufficient_gpu:
+    unbound = sum(1 for p in snapshot.pods if p.node is None and not p.deleting)
+    if actions.insufficient_gpu or unbound:
+        waiting = max(actions.insufficient_gpu, unbound)
         problems.append(
             (
                 c.REASON_INSUFFICIENT_GPU,
-                f"{actions.insufficient_gpu} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}",
+                f"{waiting} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}",
             )
         )
     if actions.missing_snapshot:

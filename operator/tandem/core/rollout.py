@@ -77,6 +77,8 @@ class RolloutInputs:
     analysis: AnalysisResult | None = None
     promote_request: str = ""
     abort_request: str = ""
+    previous_canary_ready: int = 0
+    """Ready canary pairs the last pass reported: more now is progress (resets the progress deadline)."""
 
 
 @dataclass(frozen=True)
@@ -327,7 +329,10 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     if step.set_weight is not None or step.set_canary_pairs is not None:
         cc, sc = counts(desired), counts(stable)
         done = cc.ready >= want_canary and sc.live <= replicas - want_canary
-        deadline = started + timedelta(seconds=parse_duration(spec.rollout.progress_deadline))
+        if cc.ready > inp.previous_canary_ready or status.progress_at is None:
+            status = status.model_copy(update={"progress_at": now})
+        last_progress = max(started, status.progress_at or started)
+        deadline = last_progress + timedelta(seconds=parse_duration(spec.rollout.progress_deadline))
         if not done and now >= deadline:
             failed_reason = c.REASON_PROGRESS_DEADLINE
         elif not done:

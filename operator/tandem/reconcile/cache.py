@@ -243,15 +243,28 @@ async def reconcile_cache(
     except KubeError as exc:
         reason, backoff = _classify(exc)
         generation = observed.snapshot.cache.metadata.generation
+        message = str(exc)[:1000]
+        # Judge the failure against the stored status (not this pass's plan), so a repeated failure keeps
+        # its lastTransitionTime, rewrites nothing and posts one Event, not one per retry. The plan's own
+        # Events describe actions that did not all happen, so they are not posted.
+        before = c.find((observed.snapshot.cache.status or MooncakeCacheStatus()).conditions, c.CONDITION_DEGRADED)
         conditions = c.set_condition(
-            status.conditions, c.CONDITION_DEGRADED, "True", reason, str(exc)[:1000], observed.snapshot.now, generation
+            status.conditions, c.CONDITION_DEGRADED, "True", reason, message, observed.snapshot.now, generation
         )
+        if before is not None and before.status == "True":
+            conditions = [
+                x.model_copy(update={"last_transition_time": before.last_transition_time})
+                if x.type == c.CONDITION_DEGRADED
+                else x
+                for x in conditions
+            ]
         status = status.model_copy(update={"conditions": conditions})
+        repeat = before is not None and (before.status, before.reason, before.message) == ("True", reason, message)
         failed = m.CachePlan(
             creates=(),
             deletes=(),
             status=status,
-            events=(*plan.events, Event(EVENT_WARNING, reason, str(exc)[:1000])),
+            events=() if repeat else (Event(EVENT_WARNING, reason, str(exc)[:1000]),),
             requeue_after=backoff,
             metadata_server=plan.metadata_server,
             release=False,

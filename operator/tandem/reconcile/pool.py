@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -120,8 +120,23 @@ class PassResult:
     writes: int = 0
     plan: Plan | None = None
     error: str = ""
+    conflict: bool = False
+    """The error was a 409 (someone else wrote first): retry at once, it is not a failure."""
     duration: float = 0.0
     events: list[Event] = field(default_factory=list)
+
+
+async def observe_pods(
+    kube: KubeApi, namespace: str, name: str, resource: str, peer_namespaces: Sequence[str] = ()
+) -> tuple[list[ObservedPod], list[ObservedPod]]:
+    """(the pool's engine pods, every other engine pod Tandem can see: they hold GPUs too)."""
+    own: list[ObservedPod] = []
+    others: list[ObservedPod] = []
+    for ns in [namespace, *(n for n in peer_namespaces if n != namespace)]:
+        for obj in await kube.list_pods(ns, f"{LABEL_COMPONENT}={COMPONENT_ENGINE}"):
+            pod = parse_pod(obj, resource)
+            (own if ns == namespace and pod.pool == name else others).append(pod)
+    return own, others
 
 
 async def observe(
@@ -130,20 +145,15 @@ async def observe(
     name: str,
     now: datetime,
     metrics: Metrics | None = None,
-    memory: PoolMemory | None = None,
+    peer_namespaces: Sequence[str] = (),
 ) -> tuple[Snapshot, dict[str, Any]] | None:
-    """Step 1: one snapshot of everything the planner needs (None when the pool is gone)."""
+    """Step 1: one snapshot of the cluster state the planner needs (None when the pool is gone)."""
     raw = await kube.get_custom(PLURAL, namespace, name)
     if raw is None:
         return None
     pool = InferencePool.model_validate(raw)
     resource = pool.spec.placement.gpu_resource
-    engine_pods = await kube.list_pods(namespace, f"{LABEL_COMPONENT}={COMPONENT_ENGINE}")
-    own: list[ObservedPod] = []
-    others: list[ObservedPod] = []
-    for obj in engine_pods:
-        pod = parse_pod(obj, resource)
-        (own if pod.pool == name else others).append(pod)
+    own, others = await observe_pods(kube, namespace, name, resource, peer_namespaces)
     nodes = [parse_node(n) for n in await kube.list_nodes()]
     routing = None
     cm = await kube.get_configmap(namespace, routing_configmap_name(name))
@@ -173,8 +183,6 @@ async def observe(
         cache_problem=problem,
         scrape_interval_s=metrics.scrape_interval_s if metrics else 15.0,
     )
-    snapshot = await observe_rollout(kube, snapshot, metrics)
-    snapshot = await observe_scaling(snapshot, metrics, memory)
     return snapshot, raw
 
 
@@ -422,29 +430,60 @@ async def reconcile_pool(
     clock: Callable[[], datetime] = utcnow,
     metrics: Metrics | None = None,
     memory: PoolMemory | None = None,
+    placement_lock: asyncio.Lock | None = None,
+    peer_namespaces: Sequence[str] = (),
 ) -> PassResult:
-    """One full pass; never raises for API errors (they become a condition and a backoff)."""
+    """One full pass; never raises for API errors (they become a condition and a backoff).
+
+    Metrics (Prometheus, the eval Job) are read outside ``placement_lock``; listing pods, planning and
+    creating them happen inside it, so two pools never place onto the same free GPUs at once and a slow
+    Prometheus never stalls another pool.
+    """
     started = time.monotonic()
     now = clock()
+    lock = placement_lock or contextlib.nullcontext()
     try:
-        observed = await observe(kube, namespace, name, now, metrics, memory)  # 1. observe
+        observed = await observe(kube, namespace, name, now, metrics, peer_namespaces)  # 1. observe
         if observed is None:
             return PassResult(requeue_after=None, duration=time.monotonic() - started)
         snapshot, raw = observed
         if snapshot.pool.metadata.deletionTimestamp is not None:
             return PassResult(requeue_after=None, duration=time.monotonic() - started)
-        plan = plan_pool(snapshot)  # 2. plan (pure)
+        snapshot = await observe_rollout(kube, snapshot, metrics)
+        snapshot = await observe_scaling(snapshot, metrics, memory)
     except NotFound:
         return PassResult(requeue_after=None, duration=time.monotonic() - started)
     except KubeError as exc:
         return PassResult(requeue_after=_backoff(exc), error=str(exc), duration=time.monotonic() - started)
+    async with lock:
+        try:
+            if placement_lock is not None:  # pods other pools created while we read metrics
+                own, others = await observe_pods(
+                    kube, namespace, name, snapshot.pool.spec.placement.gpu_resource, peer_namespaces
+                )
+                snapshot = dataclasses.replace(snapshot, pods=tuple(own), other_pods=tuple(others))
+            plan = plan_pool(snapshot)  # 2. plan (pure)
+        except KubeError as exc:
+            return PassResult(requeue_after=_backoff(exc), error=str(exc), duration=time.monotonic() - started)
+        return await _act_and_report(kube, snapshot, raw, plan, memory, started)
+
+
+async def _act_and_report(
+    kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan, memory: PoolMemory | None, started: float
+) -> PassResult:
+    namespace, name, now = snapshot.pool.metadata.namespace, snapshot.pool.metadata.name, snapshot.now
     writes = 0
     status = plan.status
     try:
         writes += await act(kube, snapshot, raw, plan)  # 3. act
     except Conflict as exc:
         return PassResult(
-            requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+            requeue_after=1.0,
+            writes=writes,
+            plan=plan,
+            error=str(exc),
+            conflict=True,
+            duration=time.monotonic() - started,
         )
     except NotFound:
         return PassResult(requeue_after=None, writes=writes, plan=plan, duration=time.monotonic() - started)
@@ -486,7 +525,12 @@ async def reconcile_pool(
         writes += await report(kube, snapshot, raw, plan, status)  # 4. report
     except Conflict as exc:
         return PassResult(
-            requeue_after=1.0, writes=writes, plan=plan, error=str(exc), duration=time.monotonic() - started
+            requeue_after=1.0,
+            writes=writes,
+            plan=plan,
+            error=str(exc),
+            conflict=True,
+            duration=time.monotonic() - started,
         )
     except KubeError as exc:
         return PassResult(

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from hypothesis import settings
 
-from tandem.api.pool import AutoscalingSpec, RatioAdjustment, ScalingRule, SloTargets
+from tandem.api.pool import AutoscalingSpec, RatioAdjustment, ScaleDownRule, ScaleUpRule, SloTargets
 from tandem.core.autoscale import (
     AutoscaleDecision,
     AutoscalePolicy,
@@ -80,12 +80,12 @@ class AutoscalingFactory:
 
     def scale_up(self, window: str = "0s", period: str = "15s", pairs: int = 4, percent: int = 100) -> Self:
         return self._with(
-            scale_up=ScalingRule(stabilization_window=window, period=period, max_pairs=pairs, max_percent=percent)
+            scale_up=ScaleUpRule(stabilization_window=window, period=period, max_pairs=pairs, max_percent=percent)
         )
 
     def scale_down(self, window: str = "300s", period: str = "60s", pairs: int = 1, percent: int = 10) -> Self:
         return self._with(
-            scale_down=ScalingRule(stabilization_window=window, period=period, max_pairs=pairs, max_percent=percent)
+            scale_down=ScaleDownRule(stabilization_window=window, period=period, max_pairs=pairs, max_percent=percent)
         )
 
     def ratio(self, prefill: tuple[int, int] = (1, 1), decode: tuple[int, int] = (1, 1)) -> Self:

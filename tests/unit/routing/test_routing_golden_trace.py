@@ -24,16 +24,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from tandem.routing import Outcome, PairLoad, WalkBound, candidates, routing_key_from_blocks, select
+from tandem.sim.traces import traces_dir
 from tests.unit.routing.routing_factories import make_pairs
 
 pytestmark = pytest.mark.unit
 
-TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+TRACE = traces_dir() / "mooncake_conversation_trace.jsonl"
 BLOCK_TOKENS = 512
 
 
@@ -53,8 +53,8 @@ class Replay:
 
 @pytest.fixture(scope="module")
 def trace() -> list[Request]:
-    if not TRACE.exists():
-        pytest.skip(f"trace not present: {TRACE}")
+    # The shared traces are part of the workplace, not the repo: missing them is an error, never a skip.
+    assert TRACE.exists(), f"trace not found: {TRACE} (set TANDEM_TRACES_DIR)"
     with TRACE.open() as f:
         return [Request(r["input_length"], tuple(r["hash_ids"])) for r in map(json.loads, f)]
 
