@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TANDEM := $(VENV)/bin/tandem
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: help setup generate verify lint typecheck test test-fast demo bench clean
+.PHONY: help setup generate verify lint typecheck test test-fast demo demo-down bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN{FS=":.*## "} {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -46,8 +46,11 @@ test: setup ## set up everything (venv, local control plane, Prometheus) and run
 test-fast: setup ## unit + component tiers only (no cluster)
 	@$(VENV)/bin/pytest -m "unit or component" -q
 
-demo: setup ## the local cluster demo (set up everything, run the reference fleet)
+demo: setup ## the local cluster demo: reference fleet, scaling, a promotion and a rollback
 	@tools/demo.sh
+
+demo-down: setup ## tear the demo cluster down
+	@.venv/bin/tandem demo --down
 
 bench: setup ## fleet + controller benchmarks into bench/results/
 	@tools/bench.sh

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tandem.rolloutctl",  # rollout status|promote|abort|pause|resume
     "tandem.sim.cli",  # sim
     "tandem.dev.cli",  # dev cluster up|down|status
+    "tandem.dev.demo",  # demo
 )
 
 

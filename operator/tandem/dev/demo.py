@@ -1,0 +1,387 @@
+"""`tandem demo`: the reference fleet on a local cluster, narrated (what `make demo` runs).
+
+What it owns: the demo's script, in order —
+1. a local control plane (`tandem dev cluster up`: etcd, kube-apiserver, controller-manager, scheduler,
+   KWOK MI325X nodes, Prometheus scraping every second), Tandem's CRDs;
+2. engine metrics: every engine pod Tandem creates is mirrored into the test exporter with vLLM metric
+   names (`tandem.dev.podmetrics`), scraped by the real Prometheus, behaviour scripted per stack version;
+3. the operator (`tandem run`, a child process) pointed at that Prometheus;
+4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
+5. the story: pairs come up; load rises and the speed pool scales; a good stack version walks its
+   canary steps and is promoted; a bad one (TTFT × 1.5) is rolled back on its own;
+6. a summary, and how to look around (`kubectl get tpool`), or `--down` to remove everything.
+
+Dev tooling only: subprocesses and kubectl are fine here. Everything the operator decides is decided by
+the operator; the demo only changes inputs (manifests and exporter behaviour) and reports what it sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tandem.api.resources import InferencePool
+from tandem.api.revision import revision_id, revision_spec
+from tandem.core.cachewiring import wiring_from_cache
+from tandem.dev import cluster as devcluster
+from tandem.dev.exporter import Behaviour, Exporter
+from tandem.dev.kube import Kubectl, KubectlError
+from tandem.dev.podmetrics import PodMetricsBridge
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples"
+NAMESPACE = "fleet"
+CLUSTER = "demo"
+IMAGE = "docker.io/vllm/vllm-openai-rocm:{tag}@sha256:{digest}"
+T = TypeVar("T")
+
+
+def say(message: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _digest(tag: str) -> str:
+    return (tag.encode().hex() * 64)[:64]
+
+
+def image(tag: str) -> str:
+    return IMAGE.format(tag=tag, digest=_digest(tag))
+
+
+def demo_fleet() -> list[dict[str, Any]]:
+    """The reference fleet's manifests, sized for a 2-core machine and with demo-speed analysis."""
+    cache = yaml.safe_load((EXAMPLES / "mooncake-cache.yaml").read_text())
+    cache["spec"]["store"]["segmentSize"] = "64Gi"
+    speed = yaml.safe_load((EXAMPLES / "speed-pool.yaml").read_text())
+    spec = speed["spec"]
+    spec["stack"].update({"version": "v32", "image": image("v32")})
+    spec["pairs"].update({"replicas": 4, "drainTimeout": "3s"})
+    spec["placement"]["gpuBudget"] = 96
+    spec["autoscaling"].update(
+        {
+            "minPairs": 4,
+            "maxPairs": 6,
+            "interval": "5s",
+            "targets": {"kvCacheUtilizationPercent": 80},
+            "scaleUp": {"stabilizationWindow": "0s", "period": "5s", "maxPairs": 1, "maxPercent": 100},
+            "scaleDown": {"stabilizationWindow": "60s", "period": "10s", "maxPairs": 1, "maxPercent": 100},
+        }
+    )
+    rollout = spec["rollout"]
+    rollout.update({"maxSurge": 1, "progressDeadline": "5m"})
+    rollout["steps"] = [
+        {"setCanaryPairs": 1},
+        {"analysis": {}},
+        {"setWeight": 50},
+        {"analysis": {}},
+        {"setWeight": 100},
+    ]
+    analysis = rollout["analysis"]
+    analysis.update({"interval": "5s", "timeout": "3s", "initialDelay": "5s", "successStreak": 2, "failureLimit": 0})
+    analysis.pop("eval", None)
+    analysis["metrics"] = [
+        {"name": "ttft-p90", "template": "TTFTP90", "successCondition": "result <= baseline * 1.2"},
+        {"name": "errors", "template": "ErrorRate", "failureCondition": "result > 0.01"},
+    ]
+    long_context = yaml.safe_load((EXAMPLES / "long-context-pool.yaml").read_text())
+    long_context["spec"]["pairs"]["replicas"] = 1
+    long_context["spec"]["autoscaling"]["enabled"] = False
+    images = yaml.safe_load((EXAMPLES / "images-pool.yaml").read_text())
+    images["spec"]["pairs"]["replicas"] = 1
+    images["spec"]["autoscaling"]["enabled"] = False
+    for obj in (speed, long_context, images):
+        obj["metadata"]["namespace"] = NAMESPACE
+    cache["metadata"]["namespace"] = NAMESPACE
+    return [cache, speed, long_context, images]
+
+
+def revision_of(obj: dict[str, Any], cache: dict[str, Any] | None = None) -> str:
+    """The revision id the operator will give this manifest (it includes the cache's wiring)."""
+    wiring = wiring_from_cache(cache)[0] if cache is not None else None
+    return revision_id(revision_spec(InferencePool.model_validate(obj).spec, wiring))
+
+
+@dataclass
+class Demo:
+    kube: Kubectl
+    state: devcluster.ClusterState
+    exporter: Exporter
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def mark(self, what: str) -> None:
+        self.timeline.append((time.monotonic() - self.started, what))
+        say(what)
+
+    def pool(self, name: str) -> dict[str, Any]:
+        return dict(self.kube.json("get", "inferencepools.tandem.dev", name, "-n", NAMESPACE, "-o", "json"))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.pool(name).get("status") or {})
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.kube.run("apply", "-f", "-", stdin=json.dumps(obj))
+
+    def wait(
+        self, what: str, probe: Callable[[], T | None], timeout_s: float, tick: Callable[[], None] | None = None
+    ) -> T:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                value = probe()
+            except KubectlError:
+                value = None
+            if value:
+                return value
+            if tick is not None:
+                tick()
+            time.sleep(1)
+        raise TimeoutError(f"the demo waited {timeout_s:.0f}s for {what}")
+
+
+def _short(value: Any) -> str:
+    try:
+        return f"{float(value):.3g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _progress_printer(demo: Demo, pool: str) -> Callable[[], None]:
+    last: dict[str, Any] = {}
+
+    def tick() -> None:
+        try:
+            s = demo.status(pool)
+        except KubectlError:
+            return
+        rollout = s.get("rollout") or {}
+        gate_rows = [(g["name"], g["verdict"], g.get("value")) for g in rollout.get("gates") or []]
+        view: dict[str, Any] = {
+            "pairs": (s.get("pairs") or {}).get("summary"),
+            "phase": rollout.get("phase"),
+            "step": rollout.get("step"),
+            "gates": gate_rows,
+        }
+        if view != last:
+            last.clear()
+            last.update(view)
+            gates = ", ".join(f"{n}={v} ({_short(val)})" for n, v, val in gate_rows) or "-"
+            say(f"  {pool}: pairs {view['pairs']}, rollout {view['phase']} step {view['step']}, gates {gates}")
+
+    return tick
+
+
+def run_story(demo: Demo) -> dict[str, Any]:
+    fleet = demo_fleet()
+    cache, speed = fleet[0], fleet[1]
+    demo.mark("applying the reference fleet: MooncakeCache fleet-cache, pools speed, long-context, images")
+    demo.apply(cache)
+    cache_obj = demo.wait(
+        "the cache's endpoints",
+        lambda: (
+            (c := demo.kube.json("get", "mooncakecaches.tandem.dev", "fleet-cache", "-n", NAMESPACE, "-o", "json"))
+            .get("status", {})
+            .get("endpoints", {})
+            .get("master")
+            and c
+        ),
+        timeout_s=120,
+    )
+    stable = revision_of(speed, cache_obj)
+    demo.exporter.set_revision(stable, kv_usage=0.5)
+    for obj in fleet[1:]:
+        demo.apply(obj)
+    tick = _progress_printer(demo, "speed")
+    demo.wait(
+        "every pool Ready",
+        lambda: all(
+            (s := demo.status(p)).get("pairs", {}).get("ready") == s.get("pairs", {}).get("desired")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in s.get("conditions") or [])
+            for p in ("speed", "long-context", "images")
+        ),
+        timeout_s=300,
+        tick=tick,
+    )
+    cache_status = (
+        demo.kube.json("get", "mooncakecaches.tandem.dev", "fleet-cache", "-n", NAMESPACE, "-o", "json").get("status")
+        or {}
+    )
+    demo.mark(
+        f"fleet Ready: speed 4/4 pairs (one per MI325X node), long-context 1 (2P:1D), images 1; "
+        f"cache stores {cache_status.get('stores', '?')} with {cache_status.get('capacity', '?')}"
+    )
+
+    demo.mark("load rises on the speed pool: KV-cache utilization 95 % (target 80 %)")
+    demo.exporter.set_revision(stable, kv_usage=0.95)
+    scaled = demo.wait(
+        "the speed pool to scale up",
+        lambda: (p := demo.pool("speed"))["spec"]["pairs"]["replicas"] >= 6 and p,
+        timeout_s=240,
+        tick=tick,
+    )
+    demo.wait(
+        "the new pairs Ready", lambda: demo.status("speed").get("pairs", {}).get("ready") == 6, timeout_s=240, tick=tick
+    )
+    last = demo.wait(
+        "the scaling decision in status",
+        lambda: (ls := demo.status("speed").get("lastScaling")) and ls.get("toPairs", 0) >= 6 and ls,
+        timeout_s=60,
+    )
+    demo.mark(
+        f"speed scaled to {scaled['spec']['pairs']['replicas']} pairs "
+        f"({last.get('reason', '')}: {last.get('message', '')})"
+    )
+    demo.exporter.set_revision(stable, kv_usage=0.6)
+
+    good = copy.deepcopy(speed)
+    good["spec"]["stack"].update({"version": "v33", "image": image("v33")})
+    good["spec"]["pairs"]["replicas"] = demo.pool("speed")["spec"]["pairs"]["replicas"]
+    good_rev = revision_of(good, cache_obj)
+    demo.exporter.set_revision(good_rev, kv_usage=0.6)
+    demo.mark("rolling out stack v33 (a good version): 1 canary pair, analysis, 50 %, analysis, 100 %")
+    t0 = time.monotonic()
+    demo.apply(good)
+    demo.wait(
+        "v33 promoted",
+        lambda: (
+            (s := demo.status("speed"))["rollout"]["phase"] == "Promoted"
+            and (s.get("revisions", {}).get("stable") or {}).get("version") == "v33"
+            and s["pairs"]["draining"] == 0
+        ),
+        timeout_s=420,
+        tick=tick,
+    )
+    promoted_s = time.monotonic() - t0
+    demo.mark(f"v33 promoted in {promoted_s:.0f}s: every gate passed at every analysis step")
+
+    bad = copy.deepcopy(good)
+    bad["spec"]["stack"].update({"version": "v34", "image": image("v34")})
+    bad["spec"]["pairs"]["replicas"] = demo.pool("speed")["spec"]["pairs"]["replicas"]
+    bad_rev = revision_of(bad, cache_obj)
+    demo.exporter.set_revision(bad_rev, kv_usage=0.6, ttft_multiplier=1.5)
+    demo.mark("rolling out stack v34 (a bad version: time to first token × 1.5)")
+    t0 = time.monotonic()
+    demo.apply(bad)
+    final = demo.wait(
+        "v34 rolled back",
+        lambda: (s := demo.status("speed"))["rollout"]["phase"] == "RolledBack" and s,
+        timeout_s=300,
+        tick=tick,
+    )
+    rollback_s = time.monotonic() - t0
+    gate = next((g for g in final["rollout"].get("gates") or [] if g["verdict"] == "Failure"), None)
+    why = (
+        f"{gate['name']} {gate['value']} vs stable {gate['baseline']}" if gate else final["rollout"].get("message", "")
+    )
+    demo.mark(f"v34 rolled back in {rollback_s:.0f}s ({why}); v33 keeps serving")
+    return {
+        "promoted_s": round(promoted_s, 1),
+        "rolled_back_s": round(rollback_s, 1),
+        "scorecard": final.get("scorecard") or [],
+        "cache": cache_status,
+        "pools": {p: demo.status(p).get("pairs", {}).get("summary") for p in ("speed", "long-context", "images")},
+        "cache_manifest": cache["metadata"]["name"],
+    }
+
+
+def register(subparsers: Any) -> None:
+    demo = subparsers.add_parser("demo", help="the local demo: reference fleet, scaling, a promotion and a rollback")
+    demo.add_argument("--nodes", type=int, default=14, help="simulated MI325X nodes")
+    demo.add_argument("--down", action="store_true", help="tear the demo cluster down and exit")
+    demo.add_argument("--fresh", action="store_true", help="start from a new cluster even if one is up")
+    demo.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    if args.down:
+        devcluster.down(CLUSTER, progress=say)
+        say("demo cluster removed")
+        return 0
+    if args.fresh:
+        devcluster.down(CLUSTER, progress=say)
+    say("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK) + Prometheus")
+    state = devcluster.up(
+        devcluster.ClusterOptions(name=CLUSTER, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0),
+        progress=say,
+    )
+    kube = state.kube()
+    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    for crd in ("inferencepools.tandem.dev", "mooncakecaches.tandem.dev"):
+        kube.run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    prometheus = state.prometheus_server()
+    if prometheus is None:
+        say("Prometheus is not running in the demo cluster")
+        return 1
+    exporter = Exporter(seed=2026, tick_s=0.25, default=Behaviour(request_rate=20.0))
+    exporter.start()
+    bridge = PodMetricsBridge(kube, [NAMESPACE], exporter, prometheus, prefix="demo").start()
+    log_path = Path(state.state_dir) / "operator.log"
+    say(f"starting the operator (tandem run), log: {log_path}")
+    with log_path.open("ab") as log:
+        operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tandem.cli",
+                "run",
+                f"--kubeconfig={state.kubeconfig}",
+                f"--namespace={NAMESPACE}",
+                f"--prometheus-url={prometheus.url}",
+                "--scrape-interval=1",
+                "--liveness-port=0",
+                "--metrics-port=0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    demo = Demo(kube=kube, state=state, exporter=exporter)
+    code = 0
+    try:
+        result = run_story(demo)
+    except (TimeoutError, KubectlError) as exc:
+        say(f"the demo did not finish: {exc} (operator log: {log_path})")
+        result = {}
+        code = 1
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+        bridge.stop()
+        exporter.stop()
+    summary(demo, result, state)
+    return code
+
+
+def summary(demo: Demo, result: dict[str, Any], state: devcluster.ClusterState) -> None:
+    print()
+    say("summary")
+    for at, what in demo.timeline:
+        print(f"  {at:6.0f}s  {what}")
+    if result:
+        print(f"  v33 promoted after {result['promoted_s']}s; v34 rolled back after {result['rolled_back_s']}s")
+        for row in result["scorecard"]:
+            numbers = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("version", "revision", "updatedAt"))
+            print(f"  scorecard {row['version']}: {numbers}")
+    print()
+    print("Look around (the cluster stays up; the operator and the metrics exporter have stopped):")
+    print(f"  export KUBECONFIG={state.kubeconfig}")
+    print(f"  alias kubectl={state.kubectl}")
+    print(
+        f"  kubectl get inferencepools.tandem.dev,mooncakecaches.tandem.dev -n {NAMESPACE}"
+        f"    # or: kubectl get tandem -n {NAMESPACE}"
+    )
+    print(f"  kubectl get pods -n {NAMESPACE} -o wide;  kubectl get events -n {NAMESPACE}")
+    print(f"  .venv/bin/tandem rollout status speed -n {NAMESPACE}")
+    print("Tear down:  make demo-down   (or: .venv/bin/tandem demo --down)")
