@@ -18,8 +18,10 @@ import yaml
 
 from tandem.dev import audit
 from tandem.dev.kube import Kubectl
-from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, chart_ns, tandem_chart  # noqa: F401
+from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, chart_ns, tandem_chart
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
+
+__all__ = ["chart_ns", "tandem_chart"]  # fixtures imported for pytest to register them here
 
 SECRET_PATTERN = re.compile(r"hf_[A-Za-z0-9]{30,}|Bearer ")
 
