@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import repeat, starmap
 
 
 class PrefixCache:
@@ -127,12 +128,10 @@ class PrefixCache:
                         move(b)
                     else:
                         lru[b] = None
-        cap = self.capacity_blocks
-        if len(lru) > cap:
-            pop = lru.popitem
-            for _ in range(len(lru) - cap):
-                pop(last=False)
-                self.evictions += 1
+        excess = len(lru) - self.capacity_blocks
+        if excess > 0:
+            deque(starmap(lru.popitem, repeat((False,), excess)), maxlen=0)
+            self.evictions += excess
 
     def clear(self) -> None:
         self._lru.clear()

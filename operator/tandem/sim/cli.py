@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tandem.sim.config import load_params
 from tandem.sim.policies import POLICIES, canonical
 from tandem.sim.scenarios import SCENARIOS, ScenarioConfig
@@ -48,7 +50,11 @@ def register(subparsers: Any) -> None:
     run.add_argument("--compress", type=float, help="envelope time compression of generated weeks")
     run.add_argument("--days", type=float, help="envelope days (W2 default 7, W3-W6 default 2)")
     run.add_argument("--copies", type=int, help="W1 prefix-root copies (default from --scale)")
-    run.add_argument("--params", type=Path, help="parameter YAML (default: the shipped params.yaml)")
+    run.add_argument(
+        "--params",
+        type=Path,
+        help="YAML deep-merged over the shipped params.yaml (e.g. model: {max_context_tokens: 131072})",
+    )
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.set_defaults(func=cmd_run)
@@ -70,14 +76,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tandem sim: {exc}", file=sys.stderr)
         return 2
-    params = load_params(args.params)
+    overrides = yaml.safe_load(args.params.read_text(encoding="utf-8")) if args.params else None
+    if overrides is not None and not isinstance(overrides, dict):
+        print("tandem sim: --params must hold a mapping", file=sys.stderr)
+        return 2
+    try:
+        params = load_params(overrides=overrides)
+    except ValueError as exc:
+        print(f"tandem sim: invalid --params: {exc}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
 
     def progress(message: str) -> None:
         if not args.quiet:
             print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
 
-    result = run(config, names, args.seed, params, progress=progress)
+    try:
+        result = run(config, names, args.seed, params, progress=progress)
+    except NotImplementedError as exc:
+        print(f"tandem sim: {exc}", file=sys.stderr)
+        return 2
     doc = write(result, args.out, plots=not args.no_plots)
     failed = [g for g in doc["gates"] if not g["pass"]]
     progress(

@@ -46,7 +46,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tandem.routing import Admission, Outcome, Pair, PairLoad, PairState, WalkBound, compute_pair_weights, select
+from tandem.routing import (
+    Admission,
+    Outcome,
+    Pair,
+    PairLoad,
+    PairState,
+    WalkBound,
+    compute_pair_weights,
+    rendezvous_score,
+    select,
+)
 from tandem.sim.cache import NicModel, PrefixCache, hit_tokens
 from tandem.sim.config import SimParams
 from tandem.sim.metrics import (
@@ -381,18 +391,9 @@ class Simulation:
         self.pending_bind: deque[Instance] = deque()
         # routing
         self.keys = list(options.routing_keys) if options.routing_keys else [0] * n
-        adm = params.admission
-        self.bound = WalkBound(
-            load_bound_percent=params.router.load_bound_percent,
-            max_walk=params.router.max_walk,
-            admission=Admission(
-                max_in_flight=adm.max_in_flight,
-                max_queued=adm.max_queued,
-                max_kv_utilization_percent=adm.max_kv_utilization_percent,
-                reject_status=adm.reject_status,
-            ),
-        )
+        self.bound = self._walk_bound(options.default_shape if options.topology == "pairs" else (1, 1))
         self._pairs: tuple[Pair, ...] = ()
+        self._candidates: tuple[Pair, ...] = ()
         self._serving: list[Group] = []
         self._table_dirty = True
         self._loads: dict[str, PairLoad] = {}
@@ -457,6 +458,24 @@ class Simulation:
         self.hook_log: list[dict[str, Any]] = []
         self.events = 0
         self._hooks: list[tuple[float, Callable[[Simulation], None], str]] = []
+
+    def _walk_bound(self, shape: tuple[int, int]) -> WalkBound:
+        """The router's walk parameters. Admission limits are per instance in the pool API (in flight =
+        ``--max-num-seqs`` of a decode instance, queued per prefill instance) while the routing table
+        compares them with pair sums, so a pair group of p prefill + d decode instances gets d × the
+        in-flight and p × the queue limit (a prefill unit in ``pools`` gets the per-instance ones)."""
+        adm = self.p.admission
+        p, d = shape
+        return WalkBound(
+            load_bound_percent=self.p.router.load_bound_percent,
+            max_walk=self.p.router.max_walk,
+            admission=Admission(
+                max_in_flight=adm.max_in_flight * d,
+                max_queued=adm.max_queued * p,
+                max_kv_utilization_percent=adm.max_kv_utilization_percent,
+                reject_status=adm.reject_status,
+            ),
+        )
 
     # --- scheduling --------------------------------------------------------------------------
 
@@ -726,6 +745,7 @@ class Simulation:
         if shape != self.shape:
             self.ratio_changes += 1
             self.shape = shape
+            self.bound = self._walk_bound(shape)
         if target.pairs is None:
             p, d = target.prefill, target.decode
             pairs = max(math.ceil(p / shape[0]) if p else 0, math.ceil(d / shape[1]) if d else 0)
@@ -762,6 +782,8 @@ class Simulation:
             for g in groups
         )
         self._serving = [g for g in groups if g.pair_state == PairState.SERVING and weights[g.name] > 0]
+        # select() considers only serving pairs with a positive weight; hand it just those (same result).
+        self._candidates = tuple(p for p in self._pairs if p.state is PairState.SERVING and p.weight > 0)
         self._table_dirty = False
 
     def _pair_load(self, g: Group) -> PairLoad:
@@ -781,7 +803,7 @@ class Simulation:
                 for g in self._dirty_loads:
                     loads[g.name] = self._pair_load(g)
                 self._dirty_loads.clear()
-            d = select(self.keys[req.i], self._pairs, self._loads, self.bound)
+            d = select(self.keys[req.i], self._candidates, self._loads, self.bound)
             req.walk = d.walk_length
             skips = len(d.skips)
             self.fast_rejects += skips
@@ -809,19 +831,10 @@ class Simulation:
         if g is None:
             self._fail(req, STATUS_REJECTED)
             return
-        # prefill instance of the group with the shortest queue
-        inst = g.prefill[0]
-        if len(g.prefill) > 1:
-            best = None
-            for cand in g.prefill:
-                if cand.state == READY and (
-                    best is None or len(cand.queue) + cand.batch < len(best.queue) + best.batch
-                ):
-                    best = cand
-            if best is None:
-                self._fail(req, STATUS_REJECTED)
-                return
-            inst = best
+        inst = g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, self.keys[i])
+        if inst is None:
+            self._fail(req, STATUS_REJECTED)
+            return
         req.group = g
         req.pinst = inst
         self.res_rev[i] = self.revision_index[g.revision.name]
@@ -866,6 +879,20 @@ class Simulation:
         if inst.batch < self.prefill_slots:
             self._fill_prefill(inst)
             self._reschedule_prefill(inst)
+
+    def _pick_prefill(self, g: Group, key: int) -> Instance | None:
+        """Prefill instance inside a pair group of several: the key's rendezvous order over the group's
+        instances (the same hash family as pairs, so a conversation sticks to one instance and its
+        cache), skipping instances whose queue is at the per-instance limit; if all are, the shortest."""
+        ready = [c for c in g.prefill if c.state == READY]
+        if not ready:
+            return None
+        ready.sort(key=lambda c: -rendezvous_score(key, c.name, 1))
+        limit = self.p.admission.max_queued
+        for cand in ready:
+            if len(cand.queue) < limit:
+                return cand
+        return min(ready, key=lambda c: len(c.queue) + c.batch)
 
     def _fill_prefill(self, inst: Instance) -> None:
         """Admit queued requests while fewer than ``prefill_slots`` prefills run (processor sharing)."""

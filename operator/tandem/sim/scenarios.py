@@ -13,8 +13,10 @@ perturbations scheduled on a :class:`~tandem.sim.engine.Simulation`).
   active, all starting within 60 s (a 2× step in request rate within a minute, decaying as they end).
 - **W4** W2 + for 10 min from Tuesday's peak the local prefix-cache hits are scaled by 0.4/0.9
   (a cache-miss storm: 90 % → 40 %).
-- **W5** W2 + a canary revision (TPOT × 1.3 or +1 % errors) at 5 % of traffic (rollout: see
-  :mod:`tandem.sim.runner`; not wired yet).
+- **W5** W2 + a canary revision (TPOT × 1.3 or +1 % errors) at 5 % of traffic. Not wired yet: the
+  engine carries revisions (prefill/TPOT multipliers, error probability, eval score) and canary
+  weights through ``tandem.routing.compute_pair_weights``, but no rollout policy drives them;
+  :func:`tandem.sim.runner.run` refuses W5.
 - **W6** W2 + at Tuesday's peak 5 % of decode instances (at least one) are lost; controllers replace them.
 
 W3, W4 and W6 default to two envelope days (Monday, Tuesday) so the event falls on a weekday peak.

@@ -1,0 +1,98 @@
+"""Shared helpers for the simulator tests (tests only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tandem.sim.config import SimParams, load_params
+from tandem.sim.engine import SimOptions, SimResult, Simulation
+from tandem.sim.metrics import Observation
+from tandem.sim.physics import Roofline
+from tandem.sim.policies.base import FleetTarget, Topology
+from tandem.sim.traces import traces_dir
+from tandem.sim.workload import Workload
+
+
+def trace_file(name: str) -> Path:
+    path = traces_dir() / name
+    if not path.exists():
+        pytest.skip(f"trace not present: {path}")
+    return path
+
+
+@dataclass
+class FixedFleet:
+    """A test policy: a fixed fleet, never changed."""
+
+    target: FleetTarget
+    topology: Topology = "pools"
+    name: str = "fixed"
+    interval_s: float = 1e9
+
+    def initial_target(self) -> FleetTarget:
+        return self.target
+
+    def decide(self, obs: Observation) -> FleetTarget | None:
+        return None
+
+
+def simulate(
+    workload: Workload,
+    target: FleetTarget,
+    *,
+    topology: Topology = "pools",
+    params: SimParams | None = None,
+    router: str = "prefix-hash",
+    keys: Sequence[int] = (),
+    infinite_cache: bool = False,
+    seed: int = 0,
+) -> tuple[Simulation, SimResult]:
+    """Run the engine on ``workload`` with a fixed fleet."""
+    p = params or load_params()
+    cap = Roofline.from_params(p)
+    sim = Simulation(
+        p,
+        cap,
+        workload,
+        FixedFleet(target, topology),
+        SimOptions(
+            topology=topology,
+            router=router,
+            routing_keys=keys,
+            horizon_s=workload.duration_s,
+            default_shape=target.shape or (1, 1),
+            infinite_local_cache=infinite_cache,
+        ),
+        np.random.default_rng(seed),
+        np.random.default_rng(seed + 1).uniform(size=len(workload)),
+    )
+    return sim, sim.run()
+
+
+def tiny_workload(
+    arrivals: Sequence[float], inputs: Sequence[int], outputs: Sequence[int], blocks: Sequence[Sequence[int]]
+) -> Workload:
+    """A hand-written workload (one explicit block list per request)."""
+    flat: list[int] = []
+    starts: list[int] = []
+    for ids in blocks:
+        starts.append(len(flat))
+        flat.extend(ids)
+    n = len(arrivals)
+    return Workload(
+        name="tiny",
+        arrival_s=np.asarray(arrivals, dtype=np.float64),
+        input_tokens=np.asarray(inputs, dtype=np.int64),
+        output_tokens=np.asarray(outputs, dtype=np.int64),
+        block_start=np.asarray(starts, dtype=np.int64),
+        block_count=np.asarray([len(b) for b in blocks], dtype=np.int64),
+        tail_id=np.full(n, -1, dtype=np.int64),
+        id_offset=np.zeros(n, dtype=np.int64),
+        blocks=np.asarray(flat, dtype=np.int64),
+        duration_s=float(max(arrivals)) + 600.0,
+    )

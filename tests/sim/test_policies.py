@@ -1,0 +1,182 @@
+"""Baseline policies follow their systems' rules; Tandem's policy is imported from tandem.core unchanged."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tandem.sim.config import load_params
+from tandem.sim.metrics import Observation, RoleState
+from tandem.sim.physics import Roofline
+from tandem.sim.policies import make_policy
+from tandem.sim.policies.base import PolicyContext, unit_shape
+from tandem.sim.policies.baselines import HpaRole, KedaQueue, PlannerLike, RatioLocked, StaticPeak
+
+pytestmark = pytest.mark.unit
+
+
+def make_ctx(**changes: Any) -> PolicyContext:
+    p = load_params()
+    ctx = PolicyContext(
+        params=p,
+        capacity=Roofline.from_params(p),
+        min_prefill=1,
+        min_decode=1,
+        max_instances=200,
+        oracle_peak=(20, 5),
+        profile_ratio=3.8,
+        initial=(10, 3),
+        mean_context=50_000.0,
+    )
+    return replace(ctx, **changes)
+
+
+def role(current: int, ready: int | None = None) -> RoleState:
+    r = current if ready is None else ready
+    return RoleState(desired=current, pending=0, loading=current - r, ready=r, draining=0)
+
+
+def obs(
+    now: float = 100.0, prefill: RoleState | None = None, decode: RoleState | None = None, **fields: Any
+) -> Observation:
+    base = dict.fromkeys(
+        (
+            "running",
+            "waiting",
+            "kv_usage",
+            "prefill_busy",
+            "request_rate",
+            "prompt_token_rate",
+            "generation_token_rate",
+            "isl_mean",
+            "osl_mean",
+            "ttft_p90",
+            "ttft_p95",
+            "tpot_p90",
+            "tpot_mean",
+            "ttft_mean",
+            "error_rate",
+            "local_hit_ratio",
+            "external_hit_ratio",
+        )
+    )
+    base.update(fields)
+    return Observation(
+        now=now,
+        prefill=prefill or role(10),
+        decode=decode or role(3),
+        pairs=0,
+        scrape_time=now - 30,
+        ready_scraped=(10, 3),
+        revisions={},
+        **base,  # type: ignore[arg-type]
+    )
+
+
+def test_static_peak_is_110_percent_of_the_oracle_peak() -> None:
+    t = StaticPeak(make_ctx()).initial_target()
+    assert (t.prefill, t.decode) == (22, 6)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "want"),
+    [
+        pytest.param(1.05, 10, id="within tolerance holds"),
+        pytest.param(1.5, 15, id="proportional scale up"),
+        pytest.param(4.0, 20, id="scale up limited to max(+4, +100 %)"),
+        pytest.param(None, 10, id="no data holds"),
+    ],
+)
+def test_hpa_recommendation(ratio: float | None, want: int) -> None:
+    hpa = HpaRole(load_params().policies.hpa, 1, 100)
+    assert hpa.recommend(0.0, role(10), ratio, average_value=False) == want
+
+
+def test_hpa_scale_down_waits_for_the_stabilization_window() -> None:
+    hpa = HpaRole(load_params().policies.hpa, 1, 100)
+    assert hpa.recommend(0.0, role(10), 1.0, average_value=False) == 10
+    assert hpa.recommend(15.0, role(10), 0.5, average_value=False) == 10  # the 300 s window remembers 10
+    assert hpa.recommend(301.0, role(10), 0.5, average_value=False) == 5
+
+
+def test_hpa_counts_unready_pods_as_idle_when_scaling_up() -> None:
+    hpa = HpaRole(load_params().policies.hpa, 1, 100)
+    # 10 desired, 5 ready at 1.5x target: (1.5 * 5) / 10 = 0.75 < 1 → hold at 10
+    assert hpa.recommend(0.0, role(10, ready=5), 1.5, average_value=False) == 10
+
+
+def test_keda_asks_for_total_queue_over_target() -> None:
+    keda = KedaQueue(make_ctx())
+    t = keda.decide(obs(prefill=role(4), decode=role(2), running=(4.0, 40.0), waiting=(26.0, 0.0)))
+    assert t is not None
+    assert t.prefill == 6  # (26 + 4) / 5
+    assert t.decode == 6  # 40 / 5 = 8, but the HPA's scale-up limit from 2 is max(2 + 4, 2 × 2) = 6
+
+
+def test_planner_sizes_prefill_from_the_profile_and_the_ttft_correction() -> None:
+    ctx = make_ctx()
+    planner = PlannerLike(ctx)
+    cap = ctx.capacity
+    isl, osl, lam = 8_000.0, 400.0, 10.0
+    profile_ttft = cap.prefill_time(isl, 0.0)
+    t = planner.decide(
+        obs(
+            request_rate=lam,
+            isl_mean=isl,
+            osl_mean=osl,
+            ttft_mean=profile_ttft / 2,
+            tpot_mean=None,
+            running=(5.0, 30.0),
+        )
+    )
+    assert t is not None
+    thpt = isl / profile_ttft / cap.gpus
+    assert t.prefill == max(1, -(-int(lam * isl * 0.5 / thpt / cap.gpus * 1000) // 1000))
+
+
+def test_ratio_locked_scales_units_of_the_profile_ratio() -> None:
+    ctx = make_ctx(profile_ratio=3.8)
+    b4 = RatioLocked(ctx)
+    assert b4.unit == unit_shape(3.8) == (4, 1)
+    t = b4.decide(obs(generation_token_rate=b4.per_decode * 5.5))
+    assert t is not None and (t.prefill, t.decode) == (24, 6)
+
+
+def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tandem.core.autoscale as core  # noqa: PLC0415
+
+    calls: list[Any] = []
+    real = core.compute_desired_pairs
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    import tandem.sim.policies.tandem as adapter  # noqa: PLC0415
+
+    monkeypatch.setattr(adapter, "compute_desired_pairs", spy)
+    policy = make_policy("tandem", make_ctx(), 3000)
+    assert policy.topology == "pairs"
+    first = policy.initial_target()
+    assert first.pairs is not None and first.shape == unit_shape(3.8)
+    t = policy.decide(obs())
+    assert t is not None and len(calls) == 1
+    assert isinstance(calls[0][0], core.AutoscalePolicy)
+
+
+def test_tandem_policy_fails_loudly_without_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "tandem.sim.policies.tandem", raising=False)
+    real_import = builtins.__import__
+
+    def broken(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "tandem.core.autoscale":
+            raise ImportError("tandem.core.autoscale is broken")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(ImportError):
+        make_policy("tandem", make_ctx(), 3000)
