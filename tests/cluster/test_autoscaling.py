@@ -104,3 +104,51 @@ def test_load_step_scales_up_within_bounds_and_down_only_after_stabilization(
     assert time.monotonic() - dropped >= 15  # not before the window (allowing scrape/eval lag)
     events = crds.run("get", "events", "-n", ns, "--field-selector", "involvedObject.name=auto").stdout
     assert "ScaleUp" in events
+
+
+def test_prefill_bound_pool_is_reshaped_to_a_new_ratio(
+    crds: Kubectl,
+    ns: str,
+    gpu_nodes: GpuNodes,
+    operator_factory: Any,
+    prometheus: PrometheusServer,
+    live_metrics: Exporter,
+) -> None:
+    """Optional P:D adjustment: TTFT at its target while decode idles → 1P:1D becomes 2P:1D by a rollout."""
+    gpu_nodes.add(8)
+    operator_factory([ns], extra_args=[f"--prometheus-url={prometheus.url}", "--scrape-interval=1"])
+    obj = manifest(gpu_nodes)
+    obj["spec"]["pairs"]["replicas"] = 2
+    obj["spec"]["autoscaling"].update(
+        {
+            "minPairs": 1,
+            "maxPairs": 3,
+            "targets": {"ttftP95Ms": 400, "tpotP90Ms": 40},
+            "scaleDown": {"stabilizationWindow": "10s", "period": "3s", "maxPairs": 1, "maxPercent": 100},
+            "ratio": {"enabled": True, "minPrefill": 1, "maxPrefill": 2, "minDecode": 1, "maxDecode": 1},
+        }
+    )
+    crds.run("apply", "-n", ns, "-f", "-", stdin=json.dumps(obj))
+    wait_until(
+        "reshaped to 2P:1D",
+        lambda: (
+            crds.json("get", "inferencepools.tandem.dev", "auto", "-n", ns, "-o", "json")["spec"]["pairs"]
+            .get("prefill", {})
+            .get("instances")
+            == 2
+        ),
+        timeout_s=180,
+    )
+    events = crds.run("get", "events", "-n", ns, "--field-selector", "involvedObject.name=auto").stdout
+    assert "1P:1D → 2P:1D" in events
+
+    def shapes() -> set[tuple[int, int]]:
+        items = crds.json("get", "pods", "-n", ns, "-l", "tandem.dev/pool=auto", "-o", "json")["items"]
+        by_pair: dict[str, list[str]] = {}
+        for pod in items:
+            by_pair.setdefault(pod["metadata"]["labels"]["tandem.dev/pair"], []).append(
+                pod["metadata"]["labels"]["tandem.dev/role"]
+            )
+        return {(roles.count("prefill"), roles.count("decode")) for roles in by_pair.values()}
+
+    wait_until("every pair 2P:1D", lambda: shapes() == {(2, 1)}, timeout_s=180)

@@ -130,6 +130,10 @@ class KubeApi(Protocol):
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    async def patch_custom(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
     async def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
 
 

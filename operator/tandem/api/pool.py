@@ -387,8 +387,9 @@ class RatioAdjustment(ApiModel):
     }
 
     enabled: bool = False
-    """Let the autoscaler change instances per role within the bounds below (each change is a rollout of the
-    pair shape). v0.1: evaluated by the fleet simulator; the operator does not act on it yet."""
+    """Let the autoscaler change instances per role within the bounds below when one role stays the
+    bottleneck. A change is written to pairs.prefill/decode.instances (and replicas, keeping at least
+    today's instances per role): a new revision, rolled out through rollout.steps like any other."""
     min_prefill: Annotated[int, Field(ge=1, le=16)] = 1
     """Fewest prefill instances per pair group."""
     max_prefill: Annotated[int, Field(ge=1, le=16)] = 1

@@ -19,7 +19,7 @@ from tandem.api.pool_status import GateVerdict
 from tandem.api.quantity import parse_quantity
 from tandem.api.resources import InferencePool
 from tandem.api.revision import CacheWiring, RevisionSpec
-from tandem.core.autoscale import AutoscaleState, MetricsSnapshot
+from tandem.core.autoscale import AutoscaleState, MetricsSnapshot, RatioState
 from tandem.routing.table import RoutingTable
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
@@ -139,6 +139,8 @@ class Snapshot:
     """Autoscaling inputs read this pass (None: no autoscaling evaluation was due)."""
     autoscale_state: AutoscaleState | None = None
     """What the autoscaler remembered from its previous call (in memory; empty after a restart)."""
+    ratio_state: RatioState | None = None
+    """What the P:D adjustment remembered (in memory; empty after a restart)."""
     scrape_interval_s: float = 15.0
 
 

@@ -58,7 +58,14 @@ from tandem.api.quantity import parse_duration
 from tandem.api.revision import RevisionSpec, revision_id, revision_spec
 from tandem.core import conditions as c
 from tandem.core.analysisplan import analysis_request, eval_verdict, fold_analysis, update_scorecard
-from tandem.core.autoscale import AutoscaleState, ScaleContext, compute_desired_pairs
+from tandem.core.autoscale import (
+    AutoscaleState,
+    RatioState,
+    ScaleContext,
+    compute_desired_pairs,
+    compute_role_ratio,
+    equivalent_pairs,
+)
 from tandem.core.observed import ObservedPod, Snapshot
 from tandem.core.pairs import PairView, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
@@ -136,7 +143,10 @@ class Plan:
     desired_revision: str = ""
     eval_job: EvalJobRequest | None = None
     scale_to: int | None = None
+    reshape_to: tuple[int, int] | None = None
+    """New (prefill, decode) instances per pair group (written to spec.pairs: a new revision)."""
     autoscale_state: AutoscaleState | None = None
+    ratio_state: RatioState | None = None
 
 
 def _previous_canary_ready(status: InferencePoolStatus, desired: str) -> int:
@@ -233,7 +243,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
 
     # 8. autoscaling: the total pair count (the rollout splits it), only when an evaluation was due
     scale_to: int | None = None
+    reshape_to: tuple[int, int] | None = None
     autoscale_state = snapshot.autoscale_state
+    ratio_state = snapshot.ratio_state
     if spec.autoscaling.enabled:  # come back for the next evaluation even when nothing else happens
         requeue = min(requeue, max(1.0, parse_duration(spec.autoscaling.interval)))
     if spec.autoscaling.enabled and snapshot.scaling_metrics is not None:
@@ -262,6 +274,27 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             if scaled.changed or scaled.warning:
                 events.append(Event(EVENT_WARNING if scaled.warning else EVENT_NORMAL, scaled.reason, scaled.message))
         requeue = min(requeue, max(1.0, scaled.requeue_after_s))
+        # 8b. optional P:D adjustment: a new pair shape is a new revision, rolled out like any other
+        shape = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+        ratio, ratio_state = compute_role_ratio(
+            spec.autoscaling,
+            shape,
+            snapshot.scaling_metrics,
+            snapshot.ratio_state or RatioState(),
+            now.timestamp(),
+            hold=decision.status.phase in ("Progressing", "Paused", "RollingBack") or bool(actions.creates),
+        )
+        if ratio.changed:
+            reshape_to = ratio.shape
+            scale_to = equivalent_pairs(scale_to or spec.pairs.replicas, shape, ratio.shape)
+            events.append(
+                Event(
+                    EVENT_NORMAL,
+                    ratio.reason,
+                    f"pair shape {shape[0]}P:{shape[1]}D → {ratio.shape[0]}P:{ratio.shape[1]}D, "
+                    f"{scale_to} pairs: {ratio.message}",
+                )
+            )
     missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in snapshot.revisions))
     return Plan(
         rollout_first=decision.status if decision.persist_first else None,
@@ -276,7 +309,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         desired_revision=desired,
         eval_job=eval_job,
         scale_to=scale_to,
+        reshape_to=reshape_to,
         autoscale_state=autoscale_state,
+        ratio_state=ratio_state,
     )
 
 

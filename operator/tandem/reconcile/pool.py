@@ -60,7 +60,7 @@ from tandem.builders.objects import (
 from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core import conditions as c
 from tandem.core.analysisplan import AnalysisRequest, analysis_request
-from tandem.core.autoscale import AutoscaleState
+from tandem.core.autoscale import AutoscaleState, RatioState
 from tandem.core.cachewiring import wiring_from_cache
 from tandem.core.gates import REASON_METRICS_UNAVAILABLE, VERDICT_ERROR
 from tandem.core.observed import EvalJobView, ObservedPod, Snapshot, parse_eval_job, parse_node, parse_pod
@@ -91,6 +91,7 @@ class PoolMemory:
     """
 
     autoscale_state: AutoscaleState | None = None
+    ratio_state: RatioState | None = None
     last_autoscale_eval: datetime | None = None
 
 
@@ -258,7 +259,7 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
         return snapshot
     interval = timedelta(seconds=parse_duration(spec.interval))
     if memory.last_autoscale_eval is not None and snapshot.now - memory.last_autoscale_eval < interval:
-        return dataclasses.replace(snapshot, autoscale_state=memory.autoscale_state)
+        return dataclasses.replace(snapshot, autoscale_state=memory.autoscale_state, ratio_state=memory.ratio_state)
     provider = metrics.for_pool(pool) if metrics else None
     serving: list[ServingInstance] = []
     if snapshot.routing is not None:
@@ -280,6 +281,7 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
         snapshot,
         scaling_metrics=build_snapshot(results, serving),
         autoscale_state=memory.autoscale_state,
+        ratio_state=memory.ratio_state,
     )
 
 
@@ -354,7 +356,14 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
                 )
             )
         writes += 1
-    if plan.scale_to is not None:
+    if plan.reshape_to is not None:
+        prefill, decode = plan.reshape_to
+        pairs: dict[str, Any] = {"prefill": {"instances": prefill}, "decode": {"instances": decode}}
+        if plan.scale_to is not None:
+            pairs["replicas"] = plan.scale_to
+        await kube.patch_custom(PLURAL, ns, name, {"spec": {"pairs": pairs}})
+        writes += 1
+    elif plan.scale_to is not None:
         await kube.patch_scale(PLURAL, ns, name, plan.scale_to)
         writes += 1
     cm = await kube.get_configmap(ns, routing_configmap_name(name))
@@ -521,6 +530,8 @@ async def _act_and_report(
         )
     if memory is not None and plan.autoscale_state is not None:
         memory.autoscale_state = plan.autoscale_state
+    if memory is not None and plan.ratio_state is not None:
+        memory.ratio_state = plan.ratio_state
     try:
         writes += await report(kube, snapshot, raw, plan, status)  # 4. report
     except Conflict as exc:

@@ -197,3 +197,49 @@ def test_planner_invariants_under_scaling(replicas: list[int], ratio: tuple[int,
     ):
         assert (again.creates, again.deletes) == ((), ())
         assert again.status == world.pool.status
+
+
+def test_prefill_bound_pool_gets_a_new_pair_shape_through_a_rollout() -> None:
+    """P:D adjustment (issue 7): a prefill-bound pool is reshaped 1P:1D → 2P:1D, keeping its instances."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from tandem.core.autoscale import InstanceSample, MetricsSnapshot, PoolSample, RatioState  # noqa: PLC0415
+
+    builder = (
+        make_pool()
+        .pairs(4)
+        .set(
+            "spec.autoscaling",
+            {
+                "enabled": True,
+                "minPairs": 1,
+                "maxPairs": 8,
+                "interval": "30s",
+                "targets": {"ttftP95Ms": 1000, "tpotP90Ms": 20, "kvCacheUtilizationPercent": None},
+                "ratio": {"enabled": True, "minPrefill": 1, "maxPrefill": 2, "minDecode": 1, "maxDecode": 1},
+            },
+        )
+    )
+    world = World(builder.obj(), make_nodes(8))
+    world.run_until(lambda w: w.ready_pairs() == 4)
+    instances = tuple(
+        InstanceSample(pair=f"speed-p{i}", role=role, running=10.0, waiting=0.0, kv_cache_utilization=0.3)
+        for i in range(4)
+        for role in ("prefill", "decode")
+    )
+    # TTFT at its target while decode is idle: prefill is the bottleneck, and has been for a long time.
+    metrics = MetricsSnapshot(
+        instances=instances,
+        pool=PoolSample(ttft_p95_s=1.0, tpot_p90_s=0.008),
+        expected_prefill=4,
+        expected_decode=4,
+    )
+    snapshot = replace(
+        world.snapshot(),
+        scaling_metrics=metrics,
+        ratio_state=RatioState(bottleneck="prefill", since=world.now.timestamp() - 3600),
+    )
+    plan = plan_pool(snapshot)
+    assert plan.reshape_to == (2, 1)
+    assert plan.scale_to is not None and plan.scale_to >= 4  # no role loses instances
+    assert any("1P:1D → 2P:1D" in e.message for e in plan.events)
