@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tandem.operator_main",  # run
     "tandem.rolloutctl",  # rollout status|promote|abort|pause|resume
     "tandem.sim.cli",  # sim
+    "tandem.dev.simlive",  # sim live (after tandem.sim.cli: it adds a sub-command to `sim`)
     "tandem.dev.cli",  # dev cluster up|down|status
     "tandem.dev.demo",  # demo
 )
