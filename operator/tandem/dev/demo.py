@@ -288,7 +288,9 @@ def run_story(demo: Demo) -> dict[str, Any]:
     rollback_s = time.monotonic() - t0
     gate = next((g for g in final["rollout"].get("gates") or [] if g["verdict"] == "Failure"), None)
     why = (
-        f"{gate['name']} {gate['value']} vs stable {gate['baseline']}" if gate else final["rollout"].get("message", "")
+        f"{gate['name']} {_short(gate['value'])}s vs stable {_short(gate['baseline'])}s"
+        if gate and gate.get("baseline")
+        else final["rollout"].get("message", "")
     )
     demo.mark(f"v34 rolled back in {rollback_s:.0f}s ({why}); v33 keeps serving")
     return {
