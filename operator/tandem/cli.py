@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tandem.dev.simlive",  # sim live (after tandem.sim.cli: it adds a sub-command to `sim`)
     "tandem.dev.cli",  # dev cluster up|down|status
     "tandem.dev.demo",  # demo
+    "tandem.sim.bench",  # bench fleet
+    "tandem.dev.benchctl",  # bench controller
 )
 
 

@@ -49,11 +49,22 @@ def test_concurrent_sequences_share_decode_steps() -> None:
 
 
 def test_fifo_prefill_queues_behind_a_long_prompt() -> None:
-    p = load_params(overrides=NO_SHARED)
+    # vLLM's default (no long-prefill threshold): one partial prefill at a time
+    p = load_params(overrides={**NO_SHARED, "instance": {"long_prefill_token_threshold": 0}})
     cap = Roofline.from_params(p)
     wl = tiny_workload([1.0, 1.001], [60_000, 512], [2, 2], [list(range(118)), [999]])
     _, res = simulate(wl, FleetTarget(prefill=1, decode=1), params=p)
     assert res.ttft[1] > cap.prefill_time(60_000, 0)
+
+
+def test_partial_prefills_let_a_short_prompt_pass_a_long_one() -> None:
+    # the shipped speed-pool knobs: 16,384-token steps, 4,096 per prefill → 4 share the instance
+    p = load_params(overrides=NO_SHARED)
+    assert p.instance.prefill_concurrency == 4
+    cap = Roofline.from_params(p)
+    wl = tiny_workload([1.0, 1.001], [60_000, 512], [2, 2], [list(range(118)), [999]])
+    _, res = simulate(wl, FleetTarget(prefill=1, decode=1), params=p)
+    assert res.ttft[1] < 2 * cap.prefill_time(512, 0) + 0.1  # shares the instance, never waits 4.5 s
 
 
 def test_grown_fleet_charges_loading_and_serves_after_load() -> None:
@@ -127,3 +138,19 @@ def test_pairs_topology_routes_whole_pairs_and_drains_on_scale_down() -> None:
     assert set(res.unit[wl.arrival_s > 150].tolist()) == {0}  # only pair-0 serves after the drain
     ended = [r for r in res.instances if r.t_end < res.horizon_s]
     assert len(ended) == 4  # two pairs drained, 2 instances each
+
+
+def test_a_deleted_group_never_overwrites_the_load_of_a_new_group_with_its_name() -> None:
+    # the router's load view must not depend on set order (object addresses): runs would differ
+    from tandem.sim.engine import Group, Revision  # noqa: PLC0415
+
+    sim, _ = simulate(tiny_workload([0.0], [512], [2], [[1]]), FleetTarget(prefill=2, decode=1))
+    live = next(iter(sim.groups.values()))
+    dead = Group(10_000, live.index, live.name, Revision("r1"))
+    dead.assigned, dead.queued = 7, 7
+    live.assigned, live.queued = 1, 0
+    for order in ((dead, live), (live, dead)):
+        sim._dirty_loads.clear()
+        sim._dirty_loads.update(order)
+        sim._flush_loads()
+        assert sim._loads[live.name].queued == 0

@@ -1,4 +1,4 @@
-"""Scenario perturbations run and land where they should (tiny scales; W5 is refused until wired)."""
+"""Scenario perturbations run and land where they should (tiny scales); W5 belongs to tandem.sim.rollout."""
 
 from __future__ import annotations
 
@@ -57,9 +57,25 @@ def test_w4_storm_lowers_local_hits_during_the_window() -> None:
     assert share(inside) < 0.7 * share(outside)
 
 
-def test_w5_is_refused_until_a_rollout_policy_is_wired() -> None:
-    with pytest.raises(NotImplementedError):
+def test_w5_is_run_by_the_rollout_module_not_the_scaling_runner() -> None:
+    with pytest.raises(NotImplementedError, match="run_w5"):
         run(ScenarioConfig("W5", **TINY), ["B0"], 1, load_params())
+
+
+def test_w5_window_is_tuesday_afternoon_and_the_canary_lands_at_the_peak() -> None:
+    p = load_params()
+    cfg = ScenarioConfig("W5", scale=0.01, compress=5.0)
+    assert (cfg.resolved_days(), cfg.resolved_start_day()) == (0.25, 1.5)  # Tuesday 12:00-18:00
+    assert cfg.event_time_s(p) == pytest.approx(3 * 3600 / 5)  # 15:00, three envelope hours in
+    wl = build_workload(cfg, p, stream(1, "arrivals"), stream(1, "generator")).workload
+    assert wl.duration_s == pytest.approx(0.25 * 86_400 / 5)
+
+
+def test_unknown_canary_or_gate_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="canary"):
+        ScenarioConfig("W5", canary="slow")
+    with pytest.raises(ValueError, match="gate set"):
+        ScenarioConfig("W5", gates="all")
 
 
 def test_seed_streams_are_independent_per_component() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PARAMS_RESOURCE = "params.yaml"
 
@@ -77,9 +77,37 @@ class InstanceParams(_Cfg):
     prefill_overhead_s: float
     max_num_seqs: int
     """Decode batch cap (vLLM ``--max-num-seqs``)."""
+    max_num_batched_tokens: int = 16384
+    """vLLM ``--max-num-batched-tokens``: the per-step token budget chunked prefill fills (speed-pool.yaml)."""
+    long_prefill_token_threshold: int = 0
+    """vLLM ``--long-prefill-token-threshold``: most tokens one prefill may take from a step's budget
+    (0 = no limit: the oldest prefill takes the whole budget, FCFS)."""
     prefill_concurrency: int = 1
-    """Prefills that share a prefill instance's compute at once (processor sharing); 1 = FCFS, vLLM's
-    default (``--max-num-partial-prefills 1``): a long prompt blocks the ones behind it."""
+    """Prefills that share a prefill instance's compute at once (processor sharing). When not given it is
+    derived from the two knobs above: ⌊max_num_batched_tokens / long_prefill_token_threshold⌋ (≥ 1), the
+    number of partial prefills vLLM's scheduler advances per step; 1 = FCFS (vLLM's default, threshold 0):
+    a long prompt blocks the ones behind it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_prefill_concurrency(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("prefill_concurrency") is None:
+            budget = int(data.get("max_num_batched_tokens", 16384))
+            threshold = int(data.get("long_prefill_token_threshold", 0))
+            data = {**data, "prefill_concurrency": max(1, budget // threshold) if threshold > 0 else 1}
+        return data
+
+
+class PoolParams(_Cfg):
+    """The pool the fleet benchmark sizes (``examples/speed-pool.yaml``) and how traffic is classified into it."""
+
+    name: str = "speed"
+    max_prompt_tokens: int = 131072
+    """``traffic.match.maxPromptTokens``: longer prompts are routed to the long-context pool (counted, not served)."""
+    max_context_tokens: int = 262144
+    """``model.maxContextTokens`` of the pool's engines (the TTFT budget reaches 3 s here, §6)."""
+    images: Literal["Forbidden", "Allowed"] = "Forbidden"
+    """Requests with images go to the images pool (the simulated workloads carry none)."""
 
 
 class NetworkParams(_Cfg):
@@ -225,6 +253,15 @@ class HpaParams(_Cfg):
     scale_down_period_s: float
 
 
+class FlaggerParams(_Cfg):
+    """The Flagger-like rollout baseline (W5): fixed interval, failed-check threshold, weight steps."""
+
+    interval_s: float = 60.0
+    threshold: int = 5
+    step_weight: int = 5
+    max_weight: int = 50
+
+
 class PolicyParams(_Cfg):
     static_headroom: float
     hpa: HpaParams
@@ -245,6 +282,18 @@ class PolicyParams(_Cfg):
     tandem_shape: tuple[int, int] | Literal["auto"]
     """Prefill and decode instances per pair group for Tandem (xPyD) at t = 0; ``auto`` = the offline
     profile's P:D (the same information B0 and B4 get)."""
+    tandem_rollout: dict[str, Any] = Field(default_factory=dict)
+    """InferencePool ``spec.rollout`` (camelCase) for ``tandem.core.rollout`` in W5; ``${ttft_target_s}`` in a
+    condition is replaced by the pool's TTFT p95 target in seconds."""
+    flagger: FlaggerParams = Field(default_factory=FlaggerParams)
+    w5_regression_gates: list[str] = Field(default_factory=lambda: ["tokens-per-user", "errors"])
+    """Gate names of W5's ``regression`` gate set (a subset of ``tandem_rollout.analysis.metrics``)."""
+    reconcile_s: float = 5.0
+    """Period of the simulated operator reconcile during a rollout (event-driven in the operator)."""
+    stable_error_prob: float = 0.0
+    """Engine error probability of the stable revision in W5."""
+    w5_pairs: int | Literal["auto"] = "auto"
+    """Fixed pair count of both W5 arms (``auto``: B0's size in 1P:1D pairs)."""
 
 
 class SimParams(_Cfg):
@@ -252,6 +301,7 @@ class SimParams(_Cfg):
     model: ModelParams
     hardware: HardwareParams
     instance: InstanceParams
+    pool: PoolParams = Field(default_factory=PoolParams)
     network: NetworkParams
     shared_tier: SharedTierParams
     lifecycle: LifecycleParams

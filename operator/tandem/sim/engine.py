@@ -54,7 +54,6 @@ from tandem.routing import (
     PairState,
     WalkBound,
     compute_pair_weights,
-    rendezvous_score,
     select,
 )
 from tandem.sim.cache import NicModel, PrefixCache, hit_tokens
@@ -400,6 +399,18 @@ class Simulation:
         self._dirty_loads: set[Group] = set()
         self._rr = 0
         self.fast_rejects = 0
+        self._inner_pairs: dict[int, tuple[tuple[str, ...], tuple[Pair, ...]]] = {}
+        adm = params.admission
+        self._inner_bound = WalkBound(
+            load_bound_percent=params.router.load_bound_percent,
+            max_walk=params.router.max_walk,
+            admission=Admission(
+                max_in_flight=max(1, params.instance.prefill_concurrency),
+                max_queued=adm.max_queued,
+                max_kv_utilization_percent=100,
+                reject_status=adm.reject_status,
+            ),
+        )
         # caches and network
         bt = params.generator.block_tokens
         self.block_tokens = bt
@@ -486,6 +497,87 @@ class Simulation:
     def at(self, t: float, hook: Callable[[Simulation], None], label: str) -> None:
         """Run ``hook(sim)`` at simulated time ``t`` (scenario perturbations)."""
         self._hooks.append((t, hook, label))
+
+    def schedule(self, t: float, hook: Callable[[Simulation], None], label: str = "") -> None:
+        """During a run: run ``hook(sim)`` at ``t`` ≥ now (a controller's next pass). Logged if ``label``."""
+        self.push(max(t, self.now), EV_HOOK, (hook, label))
+
+    # --- revisions and canaries (rollout controllers drive these; see tandem.sim.rollout) -------
+
+    def revision_counts(self) -> dict[str, tuple[int, int]]:
+        """Per revision: (live pair groups — not draining —, serving ones), as the operator counts pairs."""
+        out: dict[str, tuple[int, int]] = {}
+        for g in self.groups.values():
+            if g.draining:
+                continue
+            live, ready = out.get(g.revision.name, (0, 0))
+            out[g.revision.name] = (live + 1, ready + (1 if g.pair_state == PairState.SERVING else 0))
+        return out
+
+    def serving_by_revision(self) -> dict[str, int]:
+        """Serving pair groups per revision (what the routing table's weights are computed over)."""
+        out: dict[str, int] = {}
+        for g in self.groups.values():
+            if g.pair_state == PairState.SERVING:
+                out[g.revision.name] = out.get(g.revision.name, 0) + 1
+        return out
+
+    def converge_revisions(self, targets: dict[str, int], replicas: int, max_surge: int, max_unavailable: int) -> None:
+        """Move pair groups toward per-revision ``targets`` the way ``tandem.core.plan`` converges (pairs
+        topology): excess not-Ready groups go first; new groups are created (the revision with the largest
+        target first) while live groups < ``replicas`` + ``max_surge``; excess Ready groups drain, highest
+        index first, never taking serving groups below ``replicas`` − ``max_unavailable``. Placement is
+        not modelled (the simulated cluster has room)."""
+        targets = dict(targets)
+        live = [g for g in self.groups.values() if not g.draining]
+        for g in live:
+            targets.setdefault(g.revision.name, 0)
+        serving = sum(1 for g in live if g.pair_state == PairState.SERVING)
+        floor = max(0, replicas - max_unavailable)
+        changed = False
+        for rev, target in sorted(targets.items()):
+            members = [g for g in live if g.revision.name == rev]
+            excess = len(members) - target
+            for g in sorted((g for g in members if g.pair_state != PairState.SERVING), key=lambda g: -g.index):
+                if excess <= 0:
+                    break
+                self._drain_group(g)
+                live.remove(g)
+                excess -= 1
+                changed = True
+        first = min(targets, key=lambda r: (-targets[r], r)) if targets else ""
+        total = len(live)
+        for rev, target in sorted(targets.items(), key=lambda kv: (kv[0] != first, kv[0])):
+            have = sum(1 for g in live if g.revision.name == rev)
+            while have < target and total < replicas + max_surge:
+                live.append(self._new_group(self.revisions[rev], self.shape, False))
+                have += 1
+                total += 1
+                changed = True
+        for rev, target in sorted(targets.items()):
+            members = [g for g in live if g.revision.name == rev]
+            excess = len(members) - target
+            for g in sorted(members, key=lambda g: -g.index):
+                if excess <= 0:
+                    break
+                if g.pair_state == PairState.SERVING:
+                    if serving - 1 < floor:
+                        break
+                    serving -= 1
+                self._drain_group(g)
+                excess -= 1
+                changed = True
+        if changed:
+            self.scale_actions += 1
+
+    def set_canary(self, revision: str | None, percent: int | None) -> None:
+        """Route ``percent`` % of keys to ``revision``'s serving pairs (``tandem.routing.compute_pair_weights``);
+        ``percent`` None = by pair count; ``revision`` None = no canary."""
+        canary = self.revisions[revision] if revision is not None else None
+        if canary is not self.canary or percent != self.canary_percent:
+            self.canary = canary
+            self.canary_percent = percent
+            self._table_dirty = True
 
     # --- fleet -------------------------------------------------------------------------------
 
@@ -786,6 +878,18 @@ class Simulation:
         self._candidates = tuple(p for p in self._pairs if p.state is PairState.SERVING and p.weight > 0)
         self._table_dirty = False
 
+    def _flush_loads(self) -> None:
+        """Refresh the router's load view of every group touched since the last request. A deleted group
+        can still be marked (a late completion of one of its requests) while a new group already reuses
+        its name; only the group registered under the name may write it — otherwise the set's iteration
+        order (object addresses) would decide which load the router sees, and runs would differ."""
+        loads = self._loads
+        groups = self.groups
+        for g in self._dirty_loads:
+            if groups.get(g.name) is g:
+                loads[g.name] = self._pair_load(g)
+        self._dirty_loads.clear()
+
     def _pair_load(self, g: Group) -> PairLoad:
         kv = 0.0
         for d in g.decode:
@@ -799,10 +903,7 @@ class Simulation:
         router = self.opt.router
         if router == "prefix-hash":
             if self._dirty_loads:
-                loads = self._loads
-                for g in self._dirty_loads:
-                    loads[g.name] = self._pair_load(g)
-                self._dirty_loads.clear()
+                self._flush_loads()
             d = select(self.keys[req.i], self._candidates, self._loads, self.bound)
             req.walk = d.walk_length
             skips = len(d.skips)
@@ -866,6 +967,9 @@ class Simulation:
         c = self.c
         c["local_queries"] += req.inp
         c["local_hits"] += local
+        rs = self.rev_series[inst.revision.name]
+        rs.local_queries += req.inp
+        rs.local_hits += local
         c["external_queries"] += req.inp - local
         c["external_hits"] += shared
         cached = req.local_tokens + req.shared_tokens
@@ -881,17 +985,30 @@ class Simulation:
             self._reschedule_prefill(inst)
 
     def _pick_prefill(self, g: Group, key: int) -> Instance | None:
-        """Prefill instance inside a pair group of several: the key's rendezvous order over the group's
-        instances (the same hash family as pairs, so a conversation sticks to one instance and its
-        cache), skipping instances whose queue is at the per-instance limit; if all are, the shortest."""
+        """Prefill instance inside a pair group of several: ``tandem.routing.select`` over the group's Ready
+        prefill instances as if each were a unit — the key's rendezvous order (a conversation sticks to one
+        instance and its cache) with the same bounded-load walk and per-instance queue limit the router
+        applies to units, so a pair's instances are balanced as the pools topology's prefill units are.
+        When every instance is full, the least loaded (the pair already admitted the request)."""
         ready = [c for c in g.prefill if c.state == READY]
         if not ready:
             return None
-        ready.sort(key=lambda c: -rendezvous_score(key, c.name, 1))
-        limit = self.p.admission.max_queued
-        for cand in ready:
-            if len(cand.queue) < limit:
-                return cand
+        if len(ready) == 1:
+            return ready[0]
+        cached = self._inner_pairs.get(g.gid)
+        names = tuple(c.name for c in ready)
+        if cached is None or cached[0] != names:
+            pairs = tuple(
+                Pair(id=c.name, index=c.iid, revision=g.revision.name, state=PairState.SERVING) for c in ready
+            )
+            cached = (names, pairs)
+            self._inner_pairs[g.gid] = cached
+        loads = {c.name: PairLoad(in_flight=c.batch, queued=len(c.queue)) for c in ready}
+        d = select(key, cached[1], loads, self._inner_bound)
+        if d.pair is not None:
+            for c in ready:
+                if c.name == d.pair.id:
+                    return c
         return min(ready, key=lambda c: len(c.queue) + c.batch)
 
     def _fill_prefill(self, inst: Instance) -> None:
@@ -1098,10 +1215,12 @@ class Simulation:
         rev = d.revision
         series = self.rev_series[rev.name]
         series.requests += 1
+        series.finished += 1
         if self.err[i] < rev.error_prob:
             self.res_status[i] = STATUS_ERROR
             c["errors"] += 1
             series.errors += 1
+            series.engine_errors += 1
         else:
             self.res_status[i] = STATUS_OK
             c["success"] += 1
@@ -1308,7 +1427,8 @@ class Simulation:
                 elif kind == EV_HOOK:
                     hook, label = obj
                     hook(self)
-                    self.hook_log.append({"t": round(t, 3), "hook": label})
+                    if label:
+                        self.hook_log.append({"t": round(t, 3), "hook": label})
                 if t >= horizon and ai >= n and self.outstanding == 0:
                     break
             elif ai < n:

@@ -393,6 +393,58 @@ def generate(
     )
 
 
+def chained_bound(wl: Workload) -> npt.NDArray[np.int64]:
+    """Leading blocks each request of a *generated* workload (or any row subset of one, in arrival order)
+    finds in one infinite cache fed in arrival order — the §2.1 bound — without replaying the cache.
+
+    It uses the generator's block layout: each segment is one region of the block array (its family's
+    system-prompt blocks, then ids unique to the segment), and every request of the segment is a prefix of
+    that region. So a request shares min(its blocks, the earlier request's blocks) with an earlier request
+    of its region and exactly its family's blocks with an earlier request of another region of the same
+    family; nothing else. Needed for pool subsets (the speed pool drops a session's prompts above its
+    limit, so the by-construction bound of :func:`generate` no longer applies). Tested against a replay.
+    """
+    n = len(wl)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    count = wl.block_count.astype(np.int64)
+    region = wl.block_start.astype(np.int64)
+    # (1) earlier requests of the same region: running max of their block counts
+    order = np.lexsort((np.arange(n), region))
+    reg_sorted = region[order]
+    cnt_sorted = count[order]
+    new_group = np.concatenate(([True], reg_sorted[1:] != reg_sorted[:-1]))
+    prev_max = np.zeros(n, dtype=np.int64)
+    group_id = np.cumsum(new_group) - 1
+    # cumulative max within each group, shifted by one (exclusive)
+    offset = group_id.astype(np.int64) * (int(count.max()) + 1)
+    cum = np.maximum.accumulate(cnt_sorted + offset) - offset
+    excl = np.concatenate(([0], cum[:-1]))
+    excl[new_group] = 0
+    prev_max[order] = excl
+    # (2) earlier requests of other regions of the same family share the family's blocks
+    blocks = wl.blocks
+    first = np.where(count > 0, blocks[np.minimum(region, max(len(blocks) - 1, 0))], -1) if len(blocks) else -np.ones(n)
+    is_family = first >= FAMILY_BASE
+    fam = np.where(is_family, (first - FAMILY_BASE) // FAMILY_STRIDE, -1).astype(np.int64)
+    fam_ids = blocks[blocks >= FAMILY_BASE]
+    fam_blocks_of = np.zeros(int(fam.max()) + 2 if is_family.any() else 1, dtype=np.int64)
+    if len(fam_ids):
+        f = (fam_ids - FAMILY_BASE) // FAMILY_STRIDE
+        keep = f < len(fam_blocks_of)
+        np.maximum.at(fam_blocks_of, f[keep], (fam_ids[keep] - FAMILY_BASE) % FAMILY_STRIDE + 1)
+    seen = np.zeros(n, dtype=bool)
+    if is_family.any():
+        fidx = np.flatnonzero(is_family)
+        _, first_idx = np.unique(fam[fidx], return_index=True)
+        seen[fidx] = True
+        seen[fidx[first_idx]] = False
+    fam_hit = np.where(seen, fam_blocks_of[np.maximum(fam, 0)], 0)
+    out = np.minimum(count, np.maximum(prev_max, fam_hit))
+    return out
+
+
 def check_bound_by_construction(wl: Workload) -> bool:
     """True when the generator's ``bound_hit_blocks`` equals an explicit infinite-cache replay (tests)."""
     fast = wl.bound_hit_blocks

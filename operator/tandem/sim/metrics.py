@@ -136,9 +136,26 @@ class RevisionSeries:
     errors: float = 0.0
     ttft: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(TTFT_BUCKETS) + 1))
     tpot: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(TPOT_BUCKETS) + 1))
+    finished: float = 0.0
+    """``vllm:request_success_total`` (every finished reason, errors included)."""
+    engine_errors: float = 0.0
+    """``vllm:request_success_total{finished_reason="error"}``."""
+    local_queries: float = 0.0
+    """``vllm:prefix_cache_queries_total`` (tokens, prefill instances of the revision)."""
+    local_hits: float = 0.0
+    """``vllm:prefix_cache_hits_total``."""
 
     def copy(self) -> RevisionSeries:
-        return RevisionSeries(self.requests, self.errors, self.ttft.copy(), self.tpot.copy())
+        return RevisionSeries(
+            self.requests,
+            self.errors,
+            self.ttft.copy(),
+            self.tpot.copy(),
+            self.finished,
+            self.engine_errors,
+            self.local_queries,
+            self.local_hits,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,13 +32,14 @@ from tandem.sim.engine import (
     Simulation,
 )
 from tandem.sim.metrics import DECODE, PREFILL
-from tandem.sim.oracle import Bounds, compute_bounds
+from tandem.sim.oracle import Bounds, compute_bounds, request_floors, served_bounds
 from tandem.sim.physics import Roofline, ttft_budgets
 from tandem.sim.policies import PolicyContext, canonical, make_policy
+from tandem.sim.profile import Profile, profile_fleet
 from tandem.sim.scenarios import ScenarioConfig, build_workload, event_window, install_hooks
 from tandem.sim.workload import Workload
 
-STREAMS = ("arrivals", "generator", "lifecycle", "errors", "scenario")
+STREAMS = ("arrivals", "generator", "lifecycle", "errors", "scenario", "profile")
 CODE_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -88,6 +89,8 @@ class ScenarioRun:
     config_hash: str
     timing: dict[str, float]
     events: list[dict[str, Any]]
+    ttft_target_ms: int = 0
+    profile: Profile | None = None
 
 
 def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyContext:
@@ -111,10 +114,11 @@ def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyCont
     )
 
 
-def ttft_target_ms(workload: Workload, params: SimParams, bounds: Bounds) -> int:
-    """Tandem's ``ttftP95Ms: auto``: the TTFT budget at the workload's p95 input length, raised to
-    1.25 × the p95 TTFT the workload has on *idle* instances (a p95 target below what the hardware
-    does unloaded can never be met and would pin the pool at maxPairs), rounded up to 100 ms."""
+def ttft_target_ms(workload: Workload, params: SimParams) -> int:
+    """Tandem's ``ttftP95Ms: auto``: the §6 TTFT budget (1 s up to ``l_short``, 3 s at the pool's max context,
+    linear between) at the pool traffic's p95 input length, in whole milliseconds (rounded down, so the
+    target is never looser than the budget). It is never raised to what idle instances achieve: if the
+    traffic's unloaded p95 is above it, the policy sees a breach, and the report says so."""
     if not len(workload):
         return int(params.slo.ttft_short_s * 1000)
     p95 = np.percentile(workload.input_tokens, 95)
@@ -122,8 +126,116 @@ def ttft_target_ms(workload: Workload, params: SimParams, bounds: Bounds) -> int
     budget = ttft_budgets(
         np.asarray([p95], dtype=np.int64), slo.ttft_short_s, slo.ttft_long_s, slo.l_short_tokens, slo.l_long_tokens
     )
-    target = max(float(budget[0]), 1.25 * bounds.demand.unloaded_ttft_p95)
-    return math.ceil(target * 10.0 - 1e-9) * 100
+    return max(1, math.floor(float(budget[0]) * 1000.0 + 1e-9))
+
+
+@dataclass
+class Prepared:
+    """What every policy of a scenario shares: workload, keys, bounds, context, error draws, targets."""
+
+    config: ScenarioConfig
+    params: SimParams
+    seed: int
+    workload: Workload
+    info: dict[str, Any]
+    keys: list[int]
+    cap: Roofline
+    bounds: Bounds
+    context: PolicyContext
+    errors: npt.NDArray[np.float64]
+    ttft_target_ms: int
+    profile: Profile
+    timing: dict[str, float]
+
+
+def prepare(
+    config: ScenarioConfig, seed: int, params: SimParams, progress: Callable[[str], None] | None = None
+) -> Prepared:
+    """Workload (the pool's share), routing keys, the offline profile, bounds and the shared policy context."""
+    timing: dict[str, float] = {}
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    built = build_workload(config, params, stream(seed, "arrivals"), stream(seed, "generator"))
+    wl = built.workload
+    timing["workload_s"] = time.perf_counter() - t0
+    routed = built.info.get("routed_long_context", {})
+    say(
+        f"{config.scenario}: {len(wl):,} {params.pool.name}-pool requests over {wl.duration_s / 3600:.1f} h simulated "
+        f"({routed.get('requests', 0):,} routed to long-context; {timing['workload_s']:.1f} s to build)"
+    )
+    cap = Roofline.from_params(params)
+    t1 = time.perf_counter()
+    keys = wl.routing_keys(built.key_mode, built.key_blocks)
+    timing["keys_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    floors = request_floors(wl, params, cap)
+    ideal = compute_bounds(wl, params, cap, wl.duration_s, floors=floors)
+    seed_profile = int(stream(seed, "profile").integers(0, 2**31 - 1))
+    profile = profile_fleet(wl, params, cap, keys, ideal, config.scale, config.compress, seed_profile)
+    bounds = compute_bounds(wl, params, cap, wl.duration_s, prefill_factor=profile.prefill_work_factor, floors=floors)
+    timing["bounds_s"] = time.perf_counter() - t2
+    say(
+        f"bounds: oracle O1 (all feasible) {bounds.full.o1_gpuh:.1f} GPUh, model O1 {bounds.model_o1_gpuh:.1f} GPUh, "
+        f"model peak {bounds.peak[0]}P+{bounds.peak[1]}D; profile: prefill work x{profile.prefill_work_factor:.2f}, "
+        f"hits {profile.hit_efficiency:.1%} of ideal; "
+        f"SLO-feasible {bounds.demand.feasible_share:.1%} ({timing['bounds_s']:.1f} s)"
+    )
+    ctx = make_context(params, cap, bounds)
+    errors = stream(seed, "errors").uniform(size=len(wl))
+    return Prepared(
+        config,
+        params,
+        seed,
+        wl,
+        built.info,
+        keys,
+        cap,
+        bounds,
+        ctx,
+        errors,
+        ttft_target_ms(wl, params),
+        profile,
+        timing,
+    )
+
+
+def run_policy(prep: Prepared, name: str, progress: Callable[[str], None] | None = None) -> PolicyRun:
+    """Simulate one scaling policy on a prepared scenario."""
+    key = canonical(name)
+    say = progress or (lambda _msg: None)
+    wl, params, config, ctx = prep.workload, prep.params, prep.config, prep.context
+    policy = make_policy(key, ctx, prep.ttft_target_ms)
+    options = SimOptions(
+        topology=policy.topology,
+        router=params.router.policy,
+        routing_keys=prep.keys,
+        horizon_s=wl.duration_s,
+        rate_scale=config.scale,
+        min_prefill=ctx.min_prefill,
+        min_decode=ctx.min_decode,
+        max_instances=ctx.max_instances,
+        default_shape=policy.initial_target().shape or (1, 1),
+        progress=_progress_printer(say, key, wl.duration_s) if progress else None,
+        progress_every_s=max(600.0, wl.duration_s / 10),
+    )
+    sim = Simulation(params, prep.cap, wl, policy, options, stream(prep.seed, "lifecycle"), prep.errors)
+    install_hooks(config, params, sim, stream(prep.seed, "scenario"))
+    start = time.perf_counter()
+    result = sim.run()
+    wall = time.perf_counter() - start
+    metrics = summarize(result, wl, prep.bounds, params, event_window(config, params))
+    if key == "tandem":
+        metrics["tandem_ttft_p95_target_ms"] = prep.ttft_target_ms
+    extra: dict[str, Any] = {}
+    reasons = getattr(policy, "reasons", None)
+    if isinstance(reasons, dict):
+        extra["decision_reasons"] = dict(sorted(reasons.items()))
+    say(
+        f"{key}: {wall:.1f} s wall, {len(wl) / max(wall, 1e-9):,.0f} req/s simulated; "
+        f"GPUh {metrics['gpuh']['total']:.1f} = {metrics['gpuh_over_o1']:.2f} x its O1; attainment on feasible "
+        f"TTFT {metrics['ttft_attainment_feasible']:.2%}, TPOT {metrics['tpot_attainment_feasible']:.2%}"
+    )
+    return PolicyRun(key, result, metrics, wall, extra)
 
 
 def run(
@@ -133,72 +245,42 @@ def run(
     params: SimParams,
     progress: Callable[[str], None] | None = None,
 ) -> ScenarioRun:
-    """Build the scenario's workload and bounds once, then simulate each policy on it."""
+    """Build the scenario's workload and bounds once, then simulate each scaling policy on it (W1–W4, W6;
+    W5 is :func:`tandem.sim.rollout.run_w5`)."""
     if config.scenario == "W5":
         raise NotImplementedError(
-            "W5 (canary regression) needs a rollout policy: the engine has revisions and canary weights, "
-            "but the adapter to tandem.core.rollout and the Flagger-like baseline are not wired yet"
+            "W5 runs rollout policies: use `tandem bench fleet --scenarios W5` (tandem.sim.rollout.run_w5)"
         )
-    timing: dict[str, float] = {}
-    say = progress or (lambda _msg: None)
-    t0 = time.perf_counter()
-    built = build_workload(config, params, stream(seed, "arrivals"), stream(seed, "generator"))
-    wl = built.workload
-    timing["workload_s"] = time.perf_counter() - t0
-    say(
-        f"{config.scenario}: {len(wl):,} requests over {wl.duration_s / 3600:.1f} h simulated "
-        f"({timing['workload_s']:.1f} s to build)"
-    )
-    cap = Roofline.from_params(params)
-    t1 = time.perf_counter()
-    bounds = compute_bounds(wl, params, cap, wl.duration_s)
-    timing["bounds_s"] = time.perf_counter() - t1
-    say(f"bounds: O0 {bounds.o0_gpuh:.1f} GPUh, O1 {bounds.o1_gpuh:.1f} GPUh, peak {bounds.peak[0]}P+{bounds.peak[1]}D")
-    ctx = make_context(params, cap, bounds)
-    t2 = time.perf_counter()
-    keys = wl.routing_keys(built.key_mode, built.key_blocks)
-    timing["keys_s"] = time.perf_counter() - t2
-    errors = stream(seed, "errors").uniform(size=len(wl))
-    ttft_ms = ttft_target_ms(wl, params, bounds)
+    prep = prepare(config, seed, params, progress)
     runs: list[PolicyRun] = []
-    events: list[dict[str, Any]] = []
     for name in policies:
-        key = canonical(name)
-        policy = make_policy(key, ctx, ttft_ms)
-        options = SimOptions(
-            topology=policy.topology,
-            router=params.router.policy,
-            routing_keys=keys,
-            horizon_s=wl.duration_s,
-            rate_scale=config.scale,
-            min_prefill=ctx.min_prefill,
-            min_decode=ctx.min_decode,
-            max_instances=ctx.max_instances,
-            default_shape=policy.initial_target().shape or (1, 1),
-            progress=_progress_printer(say, key, wl.duration_s) if progress else None,
-            progress_every_s=max(600.0, wl.duration_s / 20),
-        )
-        sim = Simulation(params, cap, wl, policy, options, stream(seed, "lifecycle"), errors)
-        events = install_hooks(config, params, sim, stream(seed, "scenario"))
-        start = time.perf_counter()
-        result = sim.run()
-        wall = time.perf_counter() - start
-        metrics = summarize(result, wl, bounds, params, event_window(config, params))
-        if key == "tandem":
-            metrics["tandem_ttft_p95_target_ms"] = ttft_ms
-        extra: dict[str, Any] = {}
-        reasons = getattr(policy, "reasons", None)
-        if isinstance(reasons, dict):
-            extra["decision_reasons"] = dict(sorted(reasons.items()))
-        runs.append(PolicyRun(key, result, metrics, wall, extra))
-        timing[f"{key}_s"] = wall
-        say(
-            f"{key}: {wall:.1f} s wall, {len(wl) / max(wall, 1e-9):,.0f} req/s simulated; "
-            f"GPUh/O1 {metrics['gpuh_over_o1']:.3f}, TTFT {metrics['ttft_attainment']:.2%}, "
-            f"TPOT {metrics['tpot_attainment']:.2%}"
-        )
+        r = run_policy(prep, name, progress)
+        runs.append(r)
+        prep.timing[f"{r.policy}_s"] = r.wall_s
     chash = config_hash(params, config.as_dict(), list(policies))
-    return ScenarioRun(config, params, seed, wl, built.info, bounds, ctx, runs, chash, timing, events)
+    events = install_hooks(config, params, _HookSink(), stream(seed, "scenario"))
+    return ScenarioRun(
+        config,
+        params,
+        seed,
+        prep.workload,
+        prep.info,
+        prep.bounds,
+        prep.context,
+        runs,
+        chash,
+        prep.timing,
+        events,
+        prep.ttft_target_ms,
+        prep.profile,
+    )
+
+
+class _HookSink:
+    """Collects a scenario's event descriptions without a simulation (for the report)."""
+
+    def at(self, t: float, hook: Callable[[Any], None], label: str) -> None:
+        return None
 
 
 def _progress_printer(say: Callable[[str], None], name: str, horizon: float) -> Callable[[float, int, int], None]:
@@ -253,21 +335,27 @@ def _window_attainment(
 def summarize(
     result: SimResult, wl: Workload, bounds: Bounds, params: SimParams, event: tuple[float, float] | None = None
 ) -> dict[str, Any]:
-    """The §6 metrics of one run (deterministic: no wall-clock values)."""
+    """The §6 metrics of one run (deterministic: no wall-clock values).
+
+    Attainment is reported over all of the pool's requests and over the SLO-feasible ones (those that can
+    meet their TTFT budget on an idle instance, :func:`tandem.sim.oracle.request_floors`); gates read the
+    latter, and the oracle is computed on the feasible requests this policy served within both SLOs.
+    """
     slo = params.slo
     g = bounds.gpus
     n = len(wl)
     gh = gpu_hours(result, g)
-    budget = ttft_budgets(wl.input_tokens, slo.ttft_short_s, slo.ttft_long_s, slo.l_short_tokens, slo.l_long_tokens)
+    fl = bounds.floors
+    budget = fl.budget_s
     ok = result.status == STATUS_OK
     ttft_ok = ok & (result.ttft <= budget)
     tpot_ok = ok & ((wl.output_tokens <= 1) | (result.tpot <= slo.tpot_s))
     both = ttft_ok & tpot_ok
-    feasible = bounds.demand.feasible if bounds.demand.feasible is not None else np.ones(n, dtype=bool)
+    feasible = fl.feasible
     t = wl.arrival_s
-    worst_ttft, _ = _window_attainment(ttft_ok, t, slo.window_s, bounds.horizon_s)
-    worst_tpot, _ = _window_attainment(tpot_ok, t, slo.window_s, bounds.horizon_s)
-    worst_both, _ = _window_attainment(both, t, slo.window_s, bounds.horizon_s)
+    worst_ttft, _ = _window_attainment(ttft_ok[feasible], t[feasible], slo.window_s, bounds.horizon_s)
+    worst_tpot, _ = _window_attainment(tpot_ok[feasible], t[feasible], slo.window_s, bounds.horizon_s)
+    worst_both, _ = _window_attainment(both[feasible], t[feasible], slo.window_s, bounds.horizon_s)
     good_tokens = float((wl.input_tokens[both] + wl.output_tokens[both]).sum())
     inp_total = float(wl.input_tokens.sum())
     served = result.status != STATUS_REJECTED
@@ -289,29 +377,41 @@ def summarize(
         name: int((result.status == code).sum())
         for code, name in ((0, "ok"), (1, "rejected"), (2, "failed"), (3, "error"), (4, "timeout"))
     }
-    d = bounds.demand
-    served_floor = math.nan
-    if d.service_s is not None and d.decode_floor_s is not None:
-        completed = ((result.status == STATUS_OK) | (result.status == 3)) & (result.t_done <= bounds.horizon_s)
-        served_floor = float(d.service_s[completed].sum() + d.decode_floor_s[completed].sum()) * g / 3600.0
+    completed = ((result.status == STATUS_OK) | (result.status == 3)) & (result.t_done <= bounds.horizon_s)
+    served_floor = float(fl.service_s[completed].sum() + fl.decode_work_s[completed].sum()) * g / 3600.0
+    oracle = served_bounds(fl, both & feasible, bounds.horizon_s, params, g, bounds.min_load_s)
+    total = gh["total"]
+
+    def ratio(den: float) -> float:
+        return total / den if den > 0 else math.nan
+
+    def share(mask: npt.NDArray[np.bool_], sub: npt.NDArray[np.bool_] | None = None) -> float:
+        m = mask if sub is None else mask[sub]
+        return float(m.mean()) if len(m) else math.nan
+
     out: dict[str, Any] = {
         "requests": n,
-        "floor_served_gpuh": served_floor,
+        "feasible_requests": int(feasible.sum()),
         "status": statuses,
         "gpuh": gh,
-        "gpuh_over_o1": gh["total"] / bounds.o1_gpuh if bounds.o1_gpuh > 0 else math.nan,
-        "gpuh_over_o0": gh["total"] / bounds.o0_gpuh if bounds.o0_gpuh > 0 else math.nan,
-        "gpuh_over_floor": gh["total"] / bounds.floor_gpuh if bounds.floor_gpuh > 0 else math.nan,
-        "ttft_attainment": float(ttft_ok.mean()) if n else math.nan,
-        "tpot_attainment": float(tpot_ok.mean()) if n else math.nan,
-        "both_attainment": float(both.mean()) if n else math.nan,
-        "ttft_attainment_feasible": float(ttft_ok[feasible].mean()) if feasible.any() else math.nan,
-        "both_attainment_feasible": float(both[feasible].mean()) if feasible.any() else math.nan,
+        "oracle": oracle.as_dict(),
+        "gpuh_over_o1": ratio(oracle.o1_gpuh),
+        "gpuh_over_o0": ratio(oracle.o0_gpuh),
+        "gpuh_over_o1_full": ratio(bounds.full.o1_gpuh),
+        "gpuh_over_model_o1": ratio(bounds.model_o1_gpuh),
+        "gpuh_over_floor": ratio(bounds.floor_gpuh),
+        "floor_served_gpuh": served_floor,
+        "ttft_attainment": share(ttft_ok),
+        "tpot_attainment": share(tpot_ok),
+        "both_attainment": share(both),
+        "ttft_attainment_feasible": share(ttft_ok, feasible),
+        "tpot_attainment_feasible": share(tpot_ok, feasible),
+        "both_attainment_feasible": share(both, feasible),
         "worst_window_ttft": worst_ttft,
         "worst_window_tpot": worst_tpot,
         "worst_window_both": worst_both,
         "goodput_rps": float(both.sum()) / bounds.horizon_s if bounds.horizon_s > 0 else 0.0,
-        "gpuh_per_million_good_tokens": gh["total"] / (good_tokens / 1e6) if good_tokens > 0 else math.inf,
+        "gpuh_per_million_good_tokens": total / (good_tokens / 1e6) if good_tokens > 0 else math.inf,
         "hit_local": local / inp_served,
         "hit_shared": shared / inp_served,
         "computed_share": 1.0 - (local + shared) / inp_served,
@@ -344,10 +444,10 @@ def summarize(
     }
     if event is not None:
         a, b = event
-        mask = (t >= a) & (t < b)
+        mask = (t >= a) & (t < b) & feasible
         out["event_window"] = [a, b]
         out["event_both_attainment"] = float(both[mask].mean()) if mask.any() else math.nan
-        after = (t >= b) & (t < b + 3600.0)
+        after = (t >= b) & (t < b + 3600.0) & feasible
         _, per = _window_attainment(both[after], t[after] - b, 60.0, 3600.0)
         recovered = next((i for i, v in enumerate(per.tolist()) if v >= 0.99), None)
         out["event_recovery_s"] = None if recovered is None else recovered * 60.0

@@ -13,26 +13,34 @@ perturbations scheduled on a :class:`~tandem.sim.engine.Simulation`).
   active, all starting within 60 s (a 2× step in request rate within a minute, decaying as they end).
 - **W4** W2 + for 10 min from Tuesday's peak the local prefix-cache hits are scaled by 0.4/0.9
   (a cache-miss storm: 90 % → 40 %).
-- **W5** W2 + a canary revision (TPOT × 1.3 or +1 % errors) at 5 % of traffic. Not wired yet: the
-  engine carries revisions (prefill/TPOT multipliers, error probability, eval score) and canary
-  weights through ``tandem.routing.compute_pair_weights``, but no rollout policy drives them;
-  :func:`tandem.sim.runner.run` refuses W5.
+- **W5** W2's traffic around Tuesday's peak (default: envelope Tuesday 12:00–18:00) + at the peak a new
+  revision is applied whose pairs run TPOT × 1.3 (``canary="tpot"``), + 1 point of engine errors
+  (``"errors"``) or nothing different (``"good"``, the control); the stable revision has
+  ``policies.stable_error_prob`` engine errors. The rollout policies are :mod:`tandem.sim.rollout`'s.
 - **W6** W2 + at Tuesday's peak 5 % of decode instances (at least one) are lost; controllers replace them.
 
 W3, W4 and W6 default to two envelope days (Monday, Tuesday) so the event falls on a weekday peak.
+
+**Pools.** The fleet benchmark sizes one pool, ``params.pool`` (``examples/speed-pool.yaml``): every
+workload is classified by prompt size as the routing tables do — prompts of at most
+``pool.max_prompt_tokens`` (131,072) go to the speed pool and are simulated; longer ones belong to the
+long-context pool and are only counted (``routed_long_context`` in the workload info), never scored as
+the speed pool's SLO misses. Images would go to the images pool (no workload carries them). The
+agentic generator keeps the fleet's 1 M-token model limit for session compaction (sessions grow past
+the speed pool's limit and continue on the long-context pool); W1's trace (max 126 k) is all speed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from tandem.sim.config import SimParams
-from tandem.sim.generator import DAY_S, GeneratorRun, generate
+from tandem.sim.generator import DAY_S, GeneratorRun, chained_bound, generate
 from tandem.sim.traces import CONVERSATION, jitter_ticks, load_trace, multiply_prefix_roots, trace_path
 from tandem.sim.workload import Workload
 
@@ -62,18 +70,36 @@ class ScenarioConfig:
     storm_hit_scale: float = 0.4 / 0.9
     loss_fraction: float = 0.05
     canary_tpot_mult: float = 1.3
-    canary_error_prob: float = 0.0
+    canary_error_prob: float = 0.01
+    """Engine errors the canary adds to the stable revision's (W5 ``errors``)."""
+    canary: str = "tpot"
+    """W5 regression: ``tpot`` (TPOT × ``canary_tpot_mult``), ``errors`` (+ ``canary_error_prob``) or ``good``."""
+    gates: str = "example"
+    """W5 gate set: ``example`` (speed-pool.yaml's) or ``regression`` (``policies.w5_regression_gates`` only)."""
+    start_day: float | None = None
+    """Envelope day at t = 0 (default 0 = Monday 00:00; W5: Tuesday 12:00)."""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.scenario!r}; choose from {', '.join(SCENARIOS)}")
         if self.scale <= 0 or self.compress <= 0:
             raise ValueError("scale and compress must be > 0")
+        if self.canary not in ("tpot", "errors", "good"):
+            raise ValueError(f"unknown canary {self.canary!r}; choose from tpot, errors, good")
+        if self.gates not in ("example", "regression"):
+            raise ValueError(f"unknown gate set {self.gates!r}; choose from example, regression")
 
     def resolved_days(self) -> float:
         if self.days is not None:
             return self.days
+        if self.scenario == "W5":
+            return 0.25
         return 7.0 if self.scenario == "W2" else 2.0
+
+    def resolved_start_day(self) -> float:
+        if self.start_day is not None:
+            return self.start_day
+        return 1.5 if self.scenario == "W5" else 0.0
 
     def resolved_copies(self) -> int:
         if self.copies is not None:
@@ -81,8 +107,9 @@ class ScenarioConfig:
         return max(1, round(self.scale * FLEET_PEAK_RPS / CONVERSATION_PEAK_MINUTE_RPS))
 
     def event_time_s(self, params: SimParams) -> float:
-        """Simulated time of the event: the peak hour of ``event_day``."""
-        return (self.event_day * DAY_S + params.generator.peak_hour * 3600.0) / self.compress
+        """Simulated time of the event: the peak hour of ``event_day`` (relative to the run's start day)."""
+        day = self.event_day * DAY_S + params.generator.peak_hour * 3600.0 - self.resolved_start_day() * DAY_S
+        return max(0.0, day) / self.compress
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,39 +123,71 @@ class BuiltWorkload:
     info: dict[str, Any]
 
 
+def split_pool(wl: Workload, params: SimParams, generated: bool) -> tuple[Workload, dict[str, Any]]:
+    """The pool's share of ``wl`` (prompts ≤ ``pool.max_prompt_tokens``) and what was routed elsewhere.
+
+    ``generated``: ``wl`` comes from :func:`~tandem.sim.generator.generate`, so the subset's infinite-cache
+    bound is recomputed from the block layout (:func:`~tandem.sim.generator.chained_bound`) instead of by
+    replay; traces keep ``None`` (replayed when needed).
+    """
+    limit = params.pool.max_prompt_tokens
+    mask = wl.input_tokens <= limit
+    routed = ~mask
+    info: dict[str, Any] = {
+        "pool": params.pool.name,
+        "max_prompt_tokens": limit,
+        "offered_requests": len(wl),
+        "routed_long_context": {
+            "requests": int(routed.sum()),
+            "share": float(routed.mean()) if len(wl) else 0.0,
+            "input_tokens": int(wl.input_tokens[routed].sum()),
+            "output_tokens": int(wl.output_tokens[routed].sum()),
+            "input_token_share": float(wl.input_tokens[routed].sum() / max(1, int(wl.input_tokens.sum()))),
+        },
+        "routed_images": 0,
+    }
+    if mask.all():
+        return wl, info
+    sub = wl.select(mask, name=f"{wl.name}-{params.pool.name}")
+    if generated:
+        sub = replace(sub, bound_hit_blocks=chained_bound(sub))
+    return sub, info
+
+
 def build_workload(
     cfg: ScenarioConfig, params: SimParams, rng_arrivals: np.random.Generator, rng_generator: np.random.Generator
 ) -> BuiltWorkload:
-    """The scenario's workload (module docstring). Deterministic in the two generators' seeds."""
+    """The scenario's workload for the benchmark's pool (module docstring). Deterministic in the seeds."""
     if cfg.scenario == "W1":
         base = load_trace(trace_path(cfg.trace))
         k = cfg.resolved_copies()
         wl = multiply_prefix_roots(base, k, rng_arrivals) if k > 1 else jitter_ticks(base, rng_arrivals)
-        info = {"source": cfg.trace, "copies": k, "base_requests": len(base)}
-        return BuiltWorkload(wl, "blocks", max(2, params.router.key_blocks), info)
+        speed, pool_info = split_pool(wl, params, generated=False)
+        info = {"source": cfg.trace, "copies": k, "base_requests": len(base), **pool_info}
+        return BuiltWorkload(speed, "blocks", max(2, params.router.key_blocks), info)
     days = cfg.resolved_days()
     gen = params.generator
     limit = params.model.max_context_tokens
-    run = GeneratorRun(days=days, peak_rps=gen.peak_rps * cfg.scale, compress=cfg.compress, max_context_tokens=limit)
+    run = GeneratorRun(
+        days=days,
+        peak_rps=gen.peak_rps * cfg.scale,
+        compress=cfg.compress,
+        start_day=cfg.resolved_start_day(),
+        max_context_tokens=limit,
+    )
     if cfg.scenario == "W3":
-        run = GeneratorRun(
-            days=days,
-            peak_rps=gen.peak_rps * cfg.scale,
-            compress=cfg.compress,
-            arrival_cv=2.0,
-            burst_at_s=cfg.event_time_s(params),
-            burst_ramp_s=60.0,
-            burst_factor=1.0,
-            max_context_tokens=limit,
-        )
+        run = replace(run, arrival_cv=2.0, burst_at_s=cfg.event_time_s(params), burst_ramp_s=60.0, burst_factor=1.0)
     wl = generate(gen, run, rng_generator, params.slo.tpot_s, name=f"agentic-{cfg.scenario}")
+    speed, pool_info = split_pool(wl, params, generated=True)
     info = {
         "days": days,
+        "start_day": run.start_day,
         "peak_rps": run.peak_rps,
         "compress": cfg.compress,
         "sessions": int(np.asarray(wl.meta["session_profile"]).size),
+        **pool_info,
     }
-    return BuiltWorkload(wl, "auto", params.router.key_blocks, info)
+    return BuiltWorkload(speed, "auto", params.router.key_blocks, info)
 
 
 def install_hooks(cfg: ScenarioConfig, params: SimParams, sim: Any, rng: np.random.Generator) -> list[dict[str, Any]]:

@@ -1,0 +1,166 @@
+"""W5: Tandem's rollout logic (imported from tandem.core) and the Flagger-like baseline on a bad canary; the
+engine's per-revision pairs and canary weights; the statistical floor of benchmarks.md §7."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tandem.api.pool import MetricGate
+from tandem.routing import PairState
+from tandem.sim import rollout
+from tandem.sim.config import load_params
+from tandem.sim.engine import LOADING, Revision, SimOptions, Simulation
+from tandem.sim.metrics import RevisionSeries, Scrape, ScrapeStore
+from tandem.sim.physics import Roofline
+from tandem.sim.policies.base import FleetTarget
+from tandem.sim.profile import FixedFleet
+from tandem.sim.scenarios import ScenarioConfig
+from tests.sim.simhelpers import tiny_workload
+
+pytestmark = pytest.mark.unit
+
+
+def test_statistical_floor_matches_benchmarks_section_7() -> None:
+    # 0.5 % → 1.0 % against a much larger stable arm: ≈ 1,600 canary requests (≈ 58 s at 27.5 req/s)
+    assert rollout.statistical_floor("errors", 0.005, 0.010) == pytest.approx(1597, abs=2)
+    assert rollout.statistical_floor("tpot", 0.0, 0.0) == pytest.approx(100)  # ≈ 10 tail events of a p90 gate
+
+
+def _store(finished: tuple[float, float], errors: tuple[float, float], tpot_bucket: int) -> ScrapeStore:
+    store = ScrapeStore()
+    for t, fin, err in ((0.0, finished[0], errors[0]), (60.0, finished[1], errors[1])):
+        series = RevisionSeries(finished=fin, engine_errors=err)
+        series.tpot[tpot_bucket] = fin
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, {"r2": series}))
+    return store
+
+
+def test_query_values_follow_prometheus_semantics() -> None:
+    store = _store((100.0, 200.0), (0.0, 5.0), tpot_bucket=1)  # 100 requests in the window, 5 errors
+    assert float(rollout.template_value(store, 60.0, 60.0, "ErrorRate", "r2") or "nan") == pytest.approx(0.05)
+    tpot = float(rollout.template_value(store, 60.0, 60.0, "TPOTP90", "r2") or "nan")
+    assert 0.01 < tpot <= 0.025  # inside vLLM's [10 ms, 25 ms] bucket, linearly interpolated
+    quiet = _store((100.0, 100.0), (0.0, 0.0), tpot_bucket=1)
+    assert rollout.template_value(quiet, 60.0, 60.0, "ErrorRate", "r2") == "NaN"  # 0/0 → NoData, never 0
+    assert rollout.template_value(store, 60.0, 60.0, "ErrorRate", "r9") is None  # no series → empty result
+
+
+def test_gates_are_judged_by_tandem_core() -> None:
+    store = _store((100.0, 200.0), (0.0, 5.0), tpot_bucket=1)
+    p = load_params()
+    pool = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression")
+    gate = MetricGate.model_validate({"name": "errors", "template": "ErrorRate", "failureCondition": "result > 0.01"})
+    verdicts = rollout.evaluate_gates(
+        store, 60.0, [gate], pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0
+    )
+    assert [(v.name, v.verdict, v.reason) for v in verdicts] == [("errors", "Failure", "FailureConditionMet")]
+
+
+def test_regression_gate_set_keeps_only_the_named_gates() -> None:
+    p = load_params()
+    example = rollout.build_pool(p, 4, (1, 1), 1.9, gates="example")
+    regression = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression")
+    assert [m.name for m in example.spec.rollout.analysis.metrics] == [
+        "ttft-p95",
+        "tokens-per-user",
+        "errors",
+        "local-kv-hits",
+    ]
+    assert [m.name for m in regression.spec.rollout.analysis.metrics] == ["tokens-per-user", "errors"]
+    assert "1.900" in (example.spec.rollout.analysis.metrics[0].success_condition or "")
+
+
+def _sim(pairs: int, shape: tuple[int, int] = (1, 1)) -> Simulation:
+    p = load_params()
+    wl = tiny_workload([0.0], [1024], [10], [[1, 2]])
+    sim = Simulation(
+        p,
+        Roofline.from_params(p),
+        wl,
+        FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs"),
+        SimOptions(topology="pairs", horizon_s=wl.duration_s, default_shape=shape, max_instances=100),
+        np.random.default_rng(0),
+        np.ones(1),
+    )
+    sim.apply_target(FleetTarget(pairs=pairs, shape=shape), initial=True)
+    sim.add_revision(Revision("r2"))
+    return sim
+
+
+def canary_key_share(sim: Simulation, revision: str) -> float:
+    """Share of the serving pairs' rendezvous weight the routing table gives ``revision``."""
+    sim._rebuild_table()
+    serving = [p for p in sim._pairs if p.state is PairState.SERVING]
+    total = sum(p.weight for p in serving)
+    return sum(p.weight for p in serving if p.revision == revision) / total
+
+
+def _make_ready(sim: Simulation, revision: str) -> None:
+    for g in sim.groups.values():
+        if g.revision.name == revision:
+            for inst in (*g.prefill, *g.decode):
+                inst.state = LOADING
+                sim._on_ready(inst)
+
+
+def test_converge_brings_the_canary_up_before_the_stable_pair_drains() -> None:
+    sim = _sim(3)
+    sim.converge_revisions({"r1": 2, "r2": 1}, replicas=3, max_surge=1, max_unavailable=0)
+    assert sim.revision_counts() == {"r1": (3, 3), "r2": (1, 0)}  # surge first; no serving pair drained yet
+    _make_ready(sim, "r2")
+    sim.converge_revisions({"r1": 2, "r2": 1}, replicas=3, max_surge=1, max_unavailable=0)
+    assert sim.revision_counts() == {"r1": (2, 2), "r2": (1, 1)}
+
+
+def test_canary_weight_gives_the_canary_its_share_of_keys() -> None:
+    sim = _sim(9)
+    sim.converge_revisions({"r1": 9, "r2": 1}, replicas=9, max_surge=1, max_unavailable=0)
+    _make_ready(sim, "r2")
+    sim.set_canary("r2", 5)
+    assert canary_key_share(sim, "r2") == pytest.approx(0.05)
+    sim.set_canary("r2", None)  # by pair count, as the routing table does without a weight
+    assert canary_key_share(sim, "r2") == pytest.approx(0.1)
+
+
+def test_a_loaded_prefill_instance_inside_a_pair_sends_the_key_to_its_sibling() -> None:
+    sim = _sim(1, shape=(2, 1))
+    g = next(iter(sim.groups.values()))
+    key = 12345
+    first = sim._pick_prefill(g, key)
+    assert first is not None
+    other = next(c for c in g.prefill if c is not first)
+    first.batch = 4
+    first.queue.extend([object()] * 2)  # type: ignore[list-item]
+    assert sim._pick_prefill(g, key) is other  # over the bounded load: the walk moves on
+    first.batch = 0
+    first.queue.clear()
+    assert sim._pick_prefill(g, key) is first  # idle again: back to its own cache
+
+
+W5_TINY: dict[str, Any] = {"scale": 0.01, "compress": 5.0, "canary": "errors", "gates": "regression"}
+
+
+def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+    real = rollout.plan_rollout
+
+    def spy(inp: Any) -> Any:
+        calls.append(inp)
+        return real(inp)
+
+    monkeypatch.setattr(rollout, "plan_rollout", spy)
+    p = load_params()
+    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
+    result = rollout.run_w5(cfg, 1, p)
+    assert calls, "tandem.core.rollout.plan_rollout drove the Tandem arm"
+    by_arm = {a.arm: a.metrics for a in result.arms}
+    for arm, m in by_arm.items():
+        assert m["rolled_back"], arm
+        assert m["requests_on_canary"] > 0
+        assert m["canary_first_request_s"] <= m["first_breach_s"] <= m["decision_s"] <= m["weight_zero_s"], arm
+        assert m["rollback_s"] == pytest.approx(m["observe_s"] + m["decide_s"] + m["act_s"])
+    assert by_arm["flagger"]["act_s"] == 0.0  # the primary never shrank: routing back is immediate
+    assert by_arm["flagger"]["decide_s"] >= (p.policies.flagger.threshold - 1) * p.policies.flagger.interval_s
