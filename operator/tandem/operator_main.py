@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,15 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        self._generations: dict[tuple[str, str], int] = {}
         self.last_watch_event = time.monotonic()
+
+    def saw_generation(self, namespace: str, name: str, generation: int) -> None:
+        self._generations[(namespace, name)] = generation
+
+    def generation(self, namespace: str, name: str) -> int:
+        """The pool's last seen metadata.generation (bumped by spec changes, never by status writes)."""
+        return self._generations.get((namespace, name), 0)
 
     def event(self, namespace: str, name: str) -> asyncio.Event:
         return self._events[(namespace, name)]
@@ -112,6 +120,7 @@ class Wakeups:
 
     def forget(self, namespace: str, name: str) -> None:
         self._events.pop((namespace, name), None)
+        self._generations.pop((namespace, name), None)
 
 
 @dataclass
@@ -201,7 +210,8 @@ def probe_watch(**_: Any) -> float:
 
 
 @kopf.on.event(GROUP, VERSION, "inferencepools")
-def on_pool_event(name: str, namespace: str | None, **_: Any) -> None:
+def on_pool_event(name: str, namespace: str | None, meta: Mapping[str, Any], **_: Any) -> None:
+    RUNTIME.wakeups.saw_generation(namespace or "", name, int(meta.get("generation") or 0))
     RUNTIME.wakeups.wake(namespace or "", name)
 
 
@@ -276,13 +286,26 @@ async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStop
         delay = result.requeue_after if result.requeue_after is not None else 300.0
         if failures:
             delay = max(delay, min(60.0, 10.0 * failures))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=delay)
-        if failures:
-            # Even when woken, a failing pool retries no faster than its backoff (≤ 6 passes/min).
-            await asyncio.sleep(min(10.0, 10.0 * failures))
+        await _wait(wake, delay, failing=bool(failures), generation=lambda: RUNTIME.wakeups.generation(namespace, name))
     RUNTIME.wakeups.forget(namespace, name)
     RUNTIME.memory.pop((namespace, name), None)
+
+
+async def _wait(wake: asyncio.Event, delay: float, *, failing: bool, generation: Callable[[], int]) -> None:
+    """Sleep until woken or ``delay`` passed. A failing pool sits out its whole backoff unless its spec
+    changed (a new generation): its own status write, Events and pod churn wake it too, and retrying
+    on those turned a 30 s quota backoff into a retry every ~10 s (DP-05)."""
+    seen = generation()
+    deadline = time.monotonic() + delay
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=remaining)
+        except TimeoutError:
+            return
+        if not failing or generation() != seen:
+            return
+        wake.clear()
+        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))  # never a busy loop
 
 
 # --- tandem run ------------------------------------------------------------------------------

@@ -186,6 +186,10 @@ class World:
             pod = self.pods.get(delete.name)
             if pod is not None and pod.uid == delete.uid:
                 self.pods[delete.name] = replace(pod, deleting=True)
+        for relabel in plan.relabels:
+            pod = self.pods.get(relabel.name)
+            if pod is not None:
+                self.pods[relabel.name] = replace(pod, labels={**pod.labels, LABEL_REVISION: relabel.revision})
         for create in plan.creates:
             name = pod_name(self.pool.metadata.name, create.pair, create.role, create.instance)
             if name in self.pods:
@@ -209,6 +213,7 @@ class World:
                 deleting=False,
                 created=self.now,
                 gpus=gpus,
+                built_revision=create.revision,  # the builders record it in the pod's env (TANDEM_REVISION)
             )
             self._age[name] = 0
         self.routing = plan.routing

@@ -37,6 +37,7 @@ RESERVED_ENV = (
     "TANDEM_POOL",
     "TANDEM_PAIR",
     "TANDEM_ROLE",
+    "TANDEM_REVISION",
 )
 
 

@@ -140,7 +140,10 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str) -> list[dict[str, Any]]:
+def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str, revision: str = "") -> list[dict[str, Any]]:
+    """The engine's environment. ``TANDEM_REVISION`` is the pod's revision where nobody can edit it (a
+    container's env is immutable, labels are not): the planner trusts it over the label and restores
+    a label a foreign writer changed, instead of seeing a pair that mixes revisions."""
     seed = spec.cache.python_hash_seed if spec.cache is not None else 0
     env: list[dict[str, Any]] = [
         {"name": "PYTHONHASHSEED", "value": str(seed)},
@@ -148,6 +151,7 @@ def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str) -> list[dic
         {"name": "TANDEM_POOL", "value": pool},
         {"name": "TANDEM_PAIR", "value": pair},
         {"name": "TANDEM_ROLE", "value": role},
+        *([{"name": "TANDEM_REVISION", "value": revision}] if revision else []),
         {"name": "HF_HOME", "value": MODEL_CACHE_DIR},
     ]
     connector = spec.stack.kv_transfer.connector
@@ -274,7 +278,7 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["vllm", "serve"],
         "args": engine_args(spec, params.role, model_arg),
-        "env": engine_env(spec, params.role, params.pool, pair_id(params.pool, params.pair)),
+        "env": engine_env(spec, params.role, params.pool, pair_id(params.pool, params.pair), params.revision),
         "ports": ports,
         "resources": _resources(spec, params.role),
         "volumeMounts": mounts,

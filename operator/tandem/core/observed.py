@@ -54,6 +54,8 @@ class ObservedPod:
     resource_version: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)
     affinity_nodes: tuple[str, ...] = ()
+    built_revision: str | None = None
+    """The revision the pod was built from (its immutable ``TANDEM_REVISION`` env); None on older pods."""
 
     @property
     def pool(self) -> str | None:
@@ -77,7 +79,13 @@ class ObservedPod:
 
     @property
     def revision(self) -> str | None:
-        return self.labels.get(LABEL_REVISION)
+        """The built revision when the pod records one (labels can be edited by anyone), else the label."""
+        return self.built_revision or self.labels.get(LABEL_REVISION)
+
+    @property
+    def label_drift(self) -> bool:
+        """The revision label no longer says what the pod was built from (a foreign edit)."""
+        return self.built_revision is not None and self.labels.get(LABEL_REVISION) != self.built_revision
 
     @property
     def terminal(self) -> bool:
@@ -203,7 +211,17 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = "amd.com/gpu") -> Obse
         gpus=_gpu_request(obj, gpu_resource),
         resource_version=meta.get("resourceVersion", ""),
         affinity_nodes=_affinity_nodes(obj),
+        built_revision=_env_value(obj, "TANDEM_REVISION"),
     )
+
+
+def _env_value(obj: Mapping[str, Any], name: str) -> str | None:
+    """A literal env value of the pod's first container that sets ``name`` (None when none does)."""
+    for container in (obj.get("spec") or {}).get("containers") or []:
+        for var in container.get("env") or []:
+            if var.get("name") == name and isinstance(var.get("value"), str) and var["value"]:
+                return str(var["value"])
+    return None
 
 
 def parse_node(obj: Mapping[str, Any]) -> ObservedNode:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from tandem.api.labels import ROLES, Role, pair_id
@@ -114,7 +114,10 @@ def group_pairs(
     if routing is not None and routing.pool == pool:
         for entry in routing.pairs:
             if entry.state is PairState.DRAINING and entry.draining_since:
-                since = parse_time(entry.draining_since)
+                try:
+                    since = parse_time(entry.draining_since)
+                except ValueError:
+                    since = None  # not a time (a foreign edit): no drain record; the table is republished
                 if since is not None:
                     draining[entry.index] = since
     out = []
@@ -133,4 +136,31 @@ def group_pairs(
                 mixed=len(revs) > 1,
             )
         )
+    return out
+
+
+def cancel_unneeded_drains(pairs: list[PairView], targets: Mapping[str, int]) -> list[PairView]:
+    """Pairs with the drain records the targets do not justify dropped (the pair serves again).
+
+    Why: the drain record lives in the published routing table, which anyone allowed to write
+    ConfigMaps can edit. The planner only ever drains a pair its revision has in excess, so a recorded
+    drain on a Ready pair that its revision still needs to meet its target is either forged or
+    overtaken (the target went back up within ``drainTimeout``); either way keeping the pair serving
+    is the capacity-safe reading, and it saves a delete and a model load. Lowest indexes come back
+    first (drains pick the highest).
+    """
+    live: dict[str, int] = {}
+    for pair in pairs:
+        if pair.live:
+            live[pair.revision] = live.get(pair.revision, 0) + 1
+    short = {rev: target - live.get(rev, 0) for rev, target in targets.items() if target > live.get(rev, 0)}
+    if not short:
+        return pairs
+    out = []
+    for pair in pairs:
+        if pair.draining and pair.ready and short.get(pair.revision, 0) > 0:
+            short[pair.revision] -= 1
+            out.append(replace(pair, draining_since=None))
+        else:
+            out.append(pair)
     return out

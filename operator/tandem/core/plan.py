@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from tandem.api.labels import (
@@ -67,7 +67,7 @@ from tandem.core.autoscale import (
     equivalent_pairs,
 )
 from tandem.core.observed import ObservedPod, Snapshot
-from tandem.core.pairs import PairView, group_pairs
+from tandem.core.pairs import PairView, cancel_unneeded_drains, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
 from tandem.core.rollout import (
     EVENT_NORMAL,
@@ -110,6 +110,14 @@ class CreatePod:
 
 
 @dataclass(frozen=True)
+class RelabelPod:
+    """Put a pod's revision label back to the revision it was built from (a foreign writer changed it)."""
+
+    name: str
+    revision: str
+
+
+@dataclass(frozen=True)
 class DeletePod:
     """Delete one pod (with its uid as a precondition: never a look-alike created meanwhile)."""
 
@@ -147,6 +155,7 @@ class Plan:
     """New (prefill, decode) instances per pair group (written to spec.pairs: a new revision)."""
     autoscale_state: AutoscaleState | None = None
     ratio_state: RatioState | None = None
+    relabels: tuple[RelabelPod, ...] = ()
 
 
 def _previous_canary_ready(status: InferencePoolStatus, desired: str) -> int:
@@ -178,11 +187,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     revisions[desired] = desired_spec
     pairs = group_pairs(name, snapshot.pods, revisions, snapshot.routing)
     stable = old_status.revisions.stable.name if old_status.revisions.stable else infer_stable(pairs, desired)
-    counts: dict[str, RevisionCounts] = {}
-    for pair in pairs:
-        if pair.live:
-            prev = counts.get(pair.revision, RevisionCounts())
-            counts[pair.revision] = RevisionCounts(prev.live + 1, prev.ready + int(pair.ready))
+    counts = _revision_counts(pairs)
     # 1b. the analysis step: this pass's gate verdicts (observed by the reconcile) folded into its progress
     analysis: AnalysisResult | None = None
     all_verdicts: list[GateVerdict] = []
@@ -192,20 +197,25 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         if request.eval:
             all_verdicts.append(eval_verdict(pool, snapshot.eval_job, now))
         analysis = fold_analysis(pool, request, all_verdicts, now)
-    decision = plan_rollout(
-        RolloutInputs(
-            spec=spec,
-            status=old_status.rollout,
-            stable=stable,
-            desired=desired,
-            counts=counts,
-            now=now,
-            analysis=analysis,
-            promote_request=pool.metadata.annotations.get(ANNOTATION_PROMOTE, ""),
-            abort_request=pool.metadata.annotations.get(ANNOTATION_ABORT, ""),
-            previous_canary_ready=_previous_canary_ready(old_status, desired),
-        )
+    inputs = RolloutInputs(
+        spec=spec,
+        status=old_status.rollout,
+        stable=stable,
+        desired=desired,
+        counts=counts,
+        now=now,
+        analysis=analysis,
+        promote_request=pool.metadata.annotations.get(ANNOTATION_PROMOTE, ""),
+        abort_request=pool.metadata.annotations.get(ANNOTATION_ABORT, ""),
+        previous_canary_ready=_previous_canary_ready(old_status, desired),
     )
+    decision = plan_rollout(inputs)
+    # 1c. drain records the targets do not justify (forged in the table, or overtaken) are dropped and the
+    # rollout decided again on the corrected counts (pure, so deciding twice is safe).
+    kept = cancel_unneeded_drains(pairs, decision.targets)
+    if kept != pairs:
+        pairs = kept
+        decision = plan_rollout(replace(inputs, counts=_revision_counts(pairs)))
     events = list(decision.events)
     targets = dict(decision.targets)
 
@@ -312,7 +322,22 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         reshape_to=reshape_to,
         autoscale_state=autoscale_state,
         ratio_state=ratio_state,
+        relabels=tuple(
+            RelabelPod(pod.name, pod.built_revision)
+            for pod in snapshot.pods
+            if pod.pool == name and pod.label_drift and pod.built_revision and not pod.deleting
+        ),
     )
+
+
+def _revision_counts(pairs: list[PairView]) -> dict[str, RevisionCounts]:
+    """Live and Ready pairs per revision (draining pairs are on their way out and not counted)."""
+    counts: dict[str, RevisionCounts] = {}
+    for pair in pairs:
+        if pair.live:
+            prev = counts.get(pair.revision, RevisionCounts())
+            counts[pair.revision] = RevisionCounts(prev.live + 1, prev.ready + int(pair.ready))
+    return counts
 
 
 def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision) -> EvalJobRequest | None:

@@ -16,6 +16,8 @@ Step semantics (Argo vocabulary):
 - `pause` completes after its duration, or on `tandem rollout promote` when it has none.
 - `analysis` completes when the gate evaluation reports Passed; Failed → failure action; the NoData
   deadline → `onNoData`.
+- No step advances (and nothing is promoted) while Ready pairs of all revisions are below the capacity
+  floor `replicas − maxUnavailable`: the status message says so and the step resumes once they are back.
 - After the last step the canary is promoted: it becomes stable and old pairs are drained
   capacity-first.
 - A new revision mid-rollout, or changed steps, restarts at step 0; the intermediate canary is never
@@ -378,6 +380,15 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
 
     if failed_reason:
         return _fail(inp, status, stable, desired, events, failed_reason)
+    held = _below_floor(inp)
+    if done and held:
+        # A step never advances while Ready pairs are below the capacity floor (a node lost, an eviction):
+        # the next step would move more traffic or drain more stable pairs onto a fleet already short.
+        done = False
+        requeue = min(requeue or 5.0, 5.0)
+        status = status.model_copy(update={"message": f"holding step {status.step}: {held}"[:1024]})
+    elif status.message.startswith("holding step "):
+        status = status.model_copy(update={"message": ""})
     if done:
         status = _advance(status, steps, now)
         events.append(Event(EVENT_NORMAL, "StepCompleted", f"step {index + 1}/{len(steps)} ({_kind(step)}) completed"))
@@ -392,6 +403,15 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         requeue_after=requeue,
         progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else c.REASON_ROLLOUT_IN_PROGRESS,
     )
+
+
+def _below_floor(inp: RolloutInputs) -> str:
+    """Why the pool is below its capacity floor (Ready pairs < replicas − maxUnavailable), or "" when not."""
+    floor = max(0, inp.spec.pairs.replicas - inp.spec.rollout.max_unavailable)
+    ready = sum(c.ready for c in inp.counts.values())
+    if ready >= floor:
+        return ""
+    return f"{ready} Ready pair(s), below the capacity floor {floor} (replicas − maxUnavailable)"
 
 
 def _with(decision: RolloutDecision, **changes: object) -> RolloutDecision:

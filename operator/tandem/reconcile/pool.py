@@ -73,7 +73,7 @@ from tandem.routing.table import CONFIGMAP_KEY, RoutingTable
 log = logging.getLogger("tandem.reconcile")
 
 PLURAL = "inferencepools"
-QUOTA_BACKOFF = 30.0
+QUOTA_BACKOFF = 45.0
 ERROR_BACKOFF = 15.0
 
 
@@ -316,6 +316,16 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
         writes += 1
     for delete in plan.deletes:
         await kube.delete_pod(ns, delete.name, delete.uid)
+        writes += 1
+    for relabel in plan.relabels:
+        with contextlib.suppress(NotFound):  # deleted meanwhile: nothing to restore
+            await kube.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": relabel.name, "namespace": ns, "labels": {LABEL_REVISION: relabel.revision}},
+                }
+            )
         writes += 1
     cache_name = pool.spec.kv_cache.mooncake_ref.name if pool.spec.kv_cache.mooncake_ref else None
     for create in plan.creates:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tandem.api.labels import LABEL_REVISION
 from tandem.core import conditions as c
 from tandem.core.plan import plan_pool
 from tandem.routing.table import PairState
@@ -97,6 +98,57 @@ def test_scale_down_drains_before_deleting() -> None:
         assert world.tick(5).deletes == ()
     world.run_until(lambda w: len(w.pods) == 4, seconds=5)
     assert sorted(pods_by_pair(world)) == [0, 1]
+
+
+def test_scale_back_up_mid_drain_cancels_the_drain_instead_of_replacing_the_pair() -> None:
+    builder = make_pool().pairs(4)
+    world = World(builder.obj(), make_nodes(4))
+    world.run_until(lambda w: w.ready_pairs() == 4)
+    pods = {p.name: p.uid for p in world.pods.values()}
+    world.set_spec(builder.pairs(3))
+    assert [p.index for p in world.tick().routing.pairs if p.state is PairState.DRAINING] == [3]
+    world.set_spec(builder.pairs(4))
+    plan = world.tick()
+    assert plan.creates == () and plan.deletes == ()
+    assert [p.state for p in plan.routing.pairs] == [PairState.SERVING] * 4
+    assert {p.name: p.uid for p in world.pods.values()} == pods
+
+
+@pytest.mark.parametrize("since", ["2026-01-01T00:00:00Z", "not-a-time"], ids=["forged drain", "garbage time"])
+def test_foreign_drain_record_in_the_routing_table_is_not_acted_on(since: str) -> None:
+    """CC-02: the drain record lives in the published table; a foreign edit marking a needed Ready pair
+    draining (or writing a non-time) neither removes the pair nor breaks the pass; the table is restored."""
+    world = World(make_pool().pairs(2).obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    pods = {p.name: p.uid for p in world.pods.values()}
+    published = world.routing
+    forged = [p.model_copy(update={"state": PairState.DRAINING, "draining_since": since}) for p in published.pairs]
+    world.routing = published.model_copy(update={"pairs": [forged[0], *published.pairs[1:]]})
+    for _ in range(10):  # > drainTimeout (30 s)
+        plan = world.tick()
+        assert plan.creates == () and plan.deletes == ()
+    assert world.routing == published
+    assert {p.name: p.uid for p in world.pods.values()} == pods
+
+
+def test_foreign_revision_label_is_restored_and_the_pair_kept() -> None:
+    """CC-02: the revision label is editable by anyone; the pod's env records what it was built from, so
+    the pair is not "mixed" (which would replace it) and the label is put back."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    world = World(make_pool().pairs(2).obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    pods = {p.name: p.uid for p in world.pods.values()}
+    victim = sorted(world.pods)[0]
+    built = world.pods[victim].built_revision
+    assert built
+    world.pods[victim] = replace(world.pods[victim], labels={**world.pods[victim].labels, LABEL_REVISION: "foreign"})
+    plan = world.tick()
+    assert [(r.name, r.revision) for r in plan.relabels] == [(victim, built)]
+    assert plan.creates == () and plan.deletes == ()
+    assert world.pods[victim].labels[LABEL_REVISION] == built
+    assert world.tick().relabels == ()
+    assert {p.name: p.uid for p in world.pods.values()} == pods
 
 
 def test_gpus_exhausted_bounds_pending_and_keeps_serving_pairs() -> None:

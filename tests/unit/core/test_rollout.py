@@ -210,3 +210,31 @@ def test_state_machine_is_deterministic_for_the_same_inputs() -> None:
     assert plan_rollout(inputs) == plan_rollout(inputs)
     decision = plan_rollout(inputs)
     assert decision.targets == {"a": 2, "b": 2} and decision.persist_first
+
+
+def test_no_step_advances_while_ready_pairs_are_below_the_capacity_floor() -> None:
+    """DP-02: a stable pair lost mid-canary (4 replicas, maxUnavailable 0 → floor 4): the elapsed pause does
+    not complete and the status says why; once the pair is back the step completes on the next pass."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    pool = make_pool().pairs(4).steps({"setCanaryPairs": 1}, {"pause": {"duration": "10s"}}, {"setWeight": 100}).obj()
+    started = plan_rollout(
+        RolloutInputs(spec=pool.spec, status=RolloutStatus(), stable="a", desired="b", counts={}, now=T0)
+    ).status
+    at_pause = started.model_copy(update={"step_index": 1, "step": "2/3", "step_started_at": T0})
+    later = T0 + timedelta(seconds=30)
+
+    def decide(stable_ready: int) -> Any:
+        counts = {"a": RevisionCounts(3, stable_ready), "b": RevisionCounts(1, 1)}
+        return plan_rollout(
+            RolloutInputs(spec=pool.spec, status=at_pause, stable="a", desired="b", counts=counts, now=later)
+        )
+
+    held = decide(stable_ready=2)
+    assert held.status.step_index == 1 and held.status.phase == "Progressing"
+    assert "below the capacity floor 4" in held.status.message and "3 Ready pair(s)" in held.status.message
+    assert held.requeue_after is not None and held.requeue_after <= 5.0
+    assert not [e for e in held.events if e.reason == "StepCompleted"]
+    resumed = decide(stable_ready=3)
+    assert resumed.status.step_index == 2
+    assert "holding" not in resumed.status.message
