@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -91,16 +92,46 @@ class OperatorConfig:
         )
 
 
+SETTLE_SECONDS = 1.5
+"""A spec edit is acted on once no newer edit came for this long (a burst of edits is acted on once)."""
+SETTLE_MAX_SECONDS = 10.0
+"""...but never later than this after the burst's first edit (a stream of edits still converges)."""
+
+
 class Wakeups:
-    """One asyncio.Event per pool: watch events set it, the pool's daemon waits on it."""
+    """One asyncio.Event per pool: watch events set it, the pool's daemon waits on it.
+
+    It also remembers each pool's metadata.generation and when it last changed, so a burst of spec
+    edits (a script scaling 2 → 6 → 4 in a few seconds) is acted on once, on the last one, instead of
+    creating and draining pairs for every intermediate value (CC-04).
+    """
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
         self._generations: dict[tuple[str, str], int] = {}
+        self._changed_at: dict[tuple[str, str], float] = {}
+        self._burst_start: dict[tuple[str, str], float] = {}
         self.last_watch_event = time.monotonic()
 
-    def saw_generation(self, namespace: str, name: str, generation: int) -> None:
-        self._generations[(namespace, name)] = generation
+    def saw_generation(self, namespace: str, name: str, generation: int, now: float | None = None) -> None:
+        key = (namespace, name)
+        old = self._generations.get(key)
+        self._generations[key] = generation
+        if old is None or old == generation:
+            return  # first sighting (start-up list) or a status/metadata-only change: nothing to settle
+        now = time.monotonic() if now is None else now
+        if now - self._changed_at.get(key, -math.inf) > SETTLE_SECONDS:
+            self._burst_start[key] = now
+        self._changed_at[key] = now
+
+    def settle_delay(self, namespace: str, name: str, now: float | None = None) -> float:
+        """Seconds to wait before the next pass so the current burst of spec edits is acted on once."""
+        key = (namespace, name)
+        changed = self._changed_at.get(key)
+        if changed is None:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(changed + SETTLE_SECONDS, self._burst_start[key] + SETTLE_MAX_SECONDS) - now)
 
     def generation(self, namespace: str, name: str) -> int:
         """The pool's last seen metadata.generation (bumped by spec changes, never by status writes)."""
@@ -121,6 +152,8 @@ class Wakeups:
     def forget(self, namespace: str, name: str) -> None:
         self._events.pop((namespace, name), None)
         self._generations.pop((namespace, name), None)
+        self._changed_at.pop((namespace, name), None)
+        self._burst_start.pop((namespace, name), None)
 
 
 @dataclass
@@ -263,6 +296,8 @@ async def pool_daemon(name: str, namespace: str | None, stopped: kopf.DaemonStop
     wake = RUNTIME.wakeups.event(namespace, name)
     failures = 0
     while not stopped:
+        while (settle := RUNTIME.wakeups.settle_delay(namespace, name)) > 0:
+            await asyncio.sleep(settle)
         wake.clear()
         try:
             memory = RUNTIME.memory.setdefault((namespace, name), PoolMemory())

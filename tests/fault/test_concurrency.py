@@ -213,11 +213,6 @@ def _max_live_pairs(pods: ObjectWatch, table: ObjectWatch) -> int:
 # --- CC-04 -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="operator bug: no coalescing of spec updates; every intermediate replicas value is acted on "
-    "(2→…→6→4 created pairs p4 and p5, then deleted p5 and drained p4: 12 pod writes for a final diff of 4)",
-)
 def test_cc04_ten_spec_updates_in_five_seconds_only_the_last_is_acted_on(
     crds: Kubectl,
     ns: str,

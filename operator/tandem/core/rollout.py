@@ -5,7 +5,8 @@ the step, the per-revision pair targets and the canary's traffic share; it never
 (the pair planner turns targets into capacity-first actions) and never reads the clock.
 
 Phases: Idle (stable only) → Progressing (canary at step k) ⇄ Paused → Promoted (canary became
-stable) | RollingBack (stable restored to full Ready capacity, then canary drained) → RolledBack
+stable) | RollingBack (stable restored to full Ready capacity, then canary drained; meanwhile the
+canary keeps at most the weight of the step it failed at) → RolledBack
 (the failed revision is parked until spec.stack changes).
 
 Step semantics (Argo vocabulary):
@@ -507,7 +508,11 @@ def _rolling_back(
     canary_counts = inp.counts.get(canary, RevisionCounts())
     floor_met = stable_counts.ready >= replicas
     targets = {stable: replicas, canary: 0 if floor_met else canary_counts.live}
-    weight = 0 if floor_met else None
+    # Until stable is back at full Ready capacity the canary keeps serving, but never more than the
+    # weight of the step it failed at: "by pair count" would raise a 5 % canary to its pair share.
+    steps = list(inp.spec.rollout.steps)
+    _, step_weight = canary_target(steps, min(status.step_index, len(steps) - 1), replicas) if steps else (0, 0)
+    weight = 0 if floor_met else step_weight
     phase = status.phase
     if floor_met and canary_counts.live == 0:
         if phase != "RolledBack":

@@ -30,7 +30,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -556,6 +556,20 @@ def _w5_md(w5: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _rollback_share(arm: Mapping[str, Any]) -> str:
+    """What happened to the bad canary's traffic between the rollback decision and stable being back."""
+    before, after = arm.get("canary_rps_before_decision"), arm.get("canary_rps_after_decision")
+    if not isinstance(before, int | float) or not isinstance(after, int | float) or before <= 0:
+        return ""
+    change = f"{_num(before)} → {_num(after)} canary req/s before → after the decision"
+    if after > 1.2 * before:
+        return (
+            "Meanwhile the canary's share *rose* (the routing table split keys by pair count while stable was "
+            f"short): {change}."
+        )
+    return f"Meanwhile the canary kept (at most) its step's weight until stable was back: {change}."
+
+
 def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
     """The honest section: every place a baseline beats Tandem, and why (from the numbers)."""
     out = ["## Where Tandem loses", ""]
@@ -620,11 +634,7 @@ def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
                 f"{_num(ta['detection_s'], 0)} s vs {_num(fa['detection_s'], 0)} s) but acts later (act "
                 f"{_num(ta['act_s'], 0)} s vs {_num(fa['act_s'], 0)} s): its capacity-safe rollback keeps the canary "
                 "serving until a replacement stable pair has loaded (the canary pair had replaced one; here a cold "
-                "load), while Flagger's primary never shrank. Meanwhile `plan_rollout` publishes no canary weight "
-                "(`canary_weight_percent=None` until stable is back at full Ready capacity), so the routing table "
-                "falls back to splitting keys by pair count and the canary's share *rises* from the step's 5 % to "
-                f"its pair share: {_num(ta['canary_rps_before_decision'])} → {_num(ta['canary_rps_after_decision'])} "
-                "canary req/s before → after the decision."
+                "load), while Flagger's primary never shrank. " + _rollback_share(ta)
             )
         tt = arms.get(("tpot", "regression", "tandem"))
         if tt is not None:

@@ -238,3 +238,24 @@ def test_no_step_advances_while_ready_pairs_are_below_the_capacity_floor() -> No
     resumed = decide(stable_ready=3)
     assert resumed.status.step_index == 2
     assert "holding" not in resumed.status.message
+
+
+def test_rolling_back_keeps_the_canary_at_its_step_weight_until_stable_is_back() -> None:
+    """While stable is short (the canary step drained one of its pairs) the failed canary keeps serving
+    at the weight of the step it failed at, not at its pair share (1 of 8 pairs would be 12.5 % > 5 %)."""
+    pool = make_pool().pairs(8).steps({"setWeight": 5}, {"analysis": {}}, {"setWeight": 100}).obj()
+    started = plan_rollout(
+        RolloutInputs(spec=pool.spec, status=RolloutStatus(), stable="a", desired="b", counts={}, now=T0)
+    ).status
+    rolling = started.model_copy(update={"phase": "RollingBack", "step_index": 1, "failed_revision": "b"})
+
+    def decide(stable_ready: int) -> Any:
+        counts = {"a": RevisionCounts(stable_ready, stable_ready), "b": RevisionCounts(1, 1)}
+        return plan_rollout(
+            RolloutInputs(spec=pool.spec, status=rolling, stable="a", desired="b", counts=counts, now=T0)
+        )
+
+    short = decide(stable_ready=7)
+    assert short.targets == {"a": 8, "b": 1} and short.canary_weight_percent == 5
+    back = decide(stable_ready=8)
+    assert back.targets == {"a": 8, "b": 0} and back.canary_weight_percent == 0
