@@ -92,6 +92,7 @@ REASON_HOLD_STEP_LIMIT: Final = "HoldStepLimit"
 REASON_HOLD_CAPACITY_FIRST: Final = "HoldCapacityFirst"
 REASON_HOLD_CAPACITY_PENDING: Final = "HoldCapacityPending"
 REASON_HOLD_NO_TARGETS: Final = "HoldNoTargets"
+REASON_HOLD_SERVICE_BOUND: Final = "HoldTTFTServiceBound"
 REASON_AT_MAX_PAIRS: Final = "AtMaxPairs"
 REASON_AT_MIN_PAIRS: Final = "AtMinPairs"
 REASON_LIMITED_BY_CAPACITY: Final = "LimitedByCapacity"
@@ -133,6 +134,7 @@ MESSAGE_MAX: Final = 256  # status.lastScaling.message and Event messages stay s
 _EPS: Final = 1e-9  # ⌈10 × 1.1⌉ must be 11, not 12
 DEFAULT_LEARN_HOLD_S: Final = 1800.0
 DEFAULT_MAX_LATENCY_RATIO: Final = 2.0
+DEFAULT_SERVICE_BOUND_IN_FLIGHT: Final = 0.5
 _NO_RATIO: Final = RatioAdjustment()
 _MIN_CEILING: Final = 0.05  # learned ceilings never go below 5 % of the configured target
 
@@ -231,6 +233,10 @@ class AutoscalePolicy:
     ratio: RatioAdjustment = _NO_RATIO
     learn_hold_s: float = DEFAULT_LEARN_HOLD_S
     """How long a learned ceiling is held before it may relax (not in the API yet; see the design doc)."""
+    service_bound_in_flight: float = DEFAULT_SERVICE_BOUND_IN_FLIGHT
+    """Prefill in-flight (running + waiting) per instance below which a TTFT breach is service-time bound:
+    with no queue to cut, the breach has no opinion on the pair count (not in the API yet). 0.5 was chosen
+    on the fleet benchmark (docs/design/004-autoscaling.md)."""
     max_latency_ratio: float = DEFAULT_MAX_LATENCY_RATIO
     """Cap on a latency's ratio in the scale-up rule: past saturation a latency measures the queue, not the
     shortfall, so one breach may at most multiply the *ready* pairs by this (not in the API yet)."""
@@ -437,6 +443,22 @@ def _read(policy: AutoscalePolicy, snap: MetricsSnapshot, ready_pairs: int) -> _
     completeness: Completeness = "none" if present == 0 else ("partial" if incomplete else "complete")
     hit = pool.local_hit_ratio if _valid(pool.local_hit_ratio, 1.0) else None
     return _Reading(values, coverage, tuple(incomplete), completeness, hit)
+
+
+def _service_bound(policy: AutoscalePolicy, reading: _Reading) -> _Reading:
+    """Drop a TTFT breach that more pairs cannot fix: the prefill instances hold fewer than
+    ``service_bound_in_flight`` requests each (complete data), so there is no queue to shorten and the
+    p95 is the prefill time of long, uncached prompts. Left in, it would order pairs up to maxPairs and
+    veto every scale-down; dropped, the load metrics size the pool."""
+    ttft, target = reading.values.get(METRIC_TTFT), policy.ttft_p95_s
+    in_flight = reading.values.get(METRIC_IN_FLIGHT_PREFILL)
+    seen, expected = reading.coverage.get(METRIC_IN_FLIGHT_PREFILL, (0, 0))
+    if ttft is None or not target or ttft <= target or in_flight is None or seen < expected:
+        return reading
+    if in_flight >= policy.service_bound_in_flight:
+        return reading
+    values = {k: v for k, v in reading.values.items() if k != METRIC_TTFT}
+    return replace(reading, values=values)
 
 
 # --- learned ceilings -------------------------------------------------------------------------
@@ -794,7 +816,15 @@ def compute_desired_pairs(
     )
 
     # (3) Read the snapshot; learn ceilings on a latency breach, relax them with headroom.
-    reading = _read(policy, metrics, ready)
+    raw_reading = _read(policy, metrics, ready)
+    reading = _service_bound(policy, raw_reading)
+    bound_note = ""
+    if reading is not raw_reading:
+        bound_note = (
+            f"TTFT p95 {_num(raw_reading.values[METRIC_TTFT])}s is over its target but the prefill instances hold "
+            f"{_num(raw_reading.values[METRIC_IN_FLIGHT_PREFILL])} requests each (< "
+            f"{_num(policy.service_bound_in_flight)}): no queue for more pairs to cut"
+        )
     learned = _update_learned(policy, state.learned, reading, now)
     state = replace(state, learned=learned)
     ev = _Evaluation(policy, context, state, now, reading, _metrics_out(policy, reading, learned, ready, None))
@@ -848,6 +878,8 @@ def compute_desired_pairs(
     if driver is not None and ratios[driver] > _band(policy.tolerance, latency=driver in LATENCY_METRICS)[1]:
         # Over target, but ⌈ready × r⌉ ≤ current: the pairs already asked for (not Ready yet) cover it.
         return ev.hold(REASON_HOLD_CAPACITY_PENDING, f"{why} on {ready} ready pairs; the {cur} requested cover it")
+    if bound_note:
+        return ev.hold(REASON_HOLD_SERVICE_BOUND, bound_note)
     return ev.hold(REASON_HOLD_WITHIN_TOLERANCE, f"every metric within {_num(policy.tolerance * 100)}% or below target")
 
 

@@ -613,7 +613,14 @@ def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
             f"{_pct(wants_more, 0)} of its decisions asked for more capacity than was Ready (scale-up, capacity "
             f"pending or at maxPairs; {_pct(at_max, 0)} at maxPairs). "
         )
-        if unloaded > target:
+        bound = reasons.get("HoldTTFTServiceBound", 0) / total
+        if bound:
+            line += (
+                f"{_pct(bound, 0)} of its decisions held a TTFT breach with no prefill queue as service-time bound "
+                f"(target {target:.3f} s vs {_num(unloaded)} s p95 TTFT on idle instances), leaving the pool to its "
+                "load metrics. "
+            )
+        if unloaded > target and wants_more > 0.5:
             line += (
                 f"Why: its TTFT p95 target ({target:.3f} s, the §6 budget at the traffic's p95 input) is below the p95 "
                 f"TTFT this traffic has on idle instances with a perfect cache ({_num(unloaded)} s): "

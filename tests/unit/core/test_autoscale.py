@@ -24,6 +24,7 @@ from tandem.core.autoscale import (
     REASON_HOLD_NO_DATA,
     REASON_HOLD_NO_TARGETS,
     REASON_HOLD_PARTIAL_DATA,
+    REASON_HOLD_SERVICE_BOUND,
     REASON_HOLD_STABILIZING,
     REASON_HOLD_STEP_LIMIT,
     REASON_HOLD_WITHIN_TOLERANCE,
@@ -419,6 +420,55 @@ def test_compute_desired_pairs_worked_example_of_the_design_doc() -> None:
     assert decision.metrics["ttftP95"] == "1.35s (target 1s)"
     assert decision.metrics[METRIC_KV_CACHE] == "0.42 (target 0.378 learned)"
     assert [(c.metric, round(c.value, 3)) for c in state.learned] == [(METRIC_KV_CACHE, 0.378)]
+
+
+@pytest.mark.parametrize(
+    ("snap", "want_pairs", "want_reason"),
+    [
+        pytest.param(
+            make_snapshot(10).latency(ttft=1.6).in_flight(prefill=0.3, decode=2).kv(0.79).obj(),
+            10,
+            REASON_HOLD_SERVICE_BOUND,
+            id="no queue at prefill: a TTFT breach more pairs cannot fix holds",
+        ),
+        pytest.param(
+            make_snapshot(10).latency(ttft=1.6).in_flight(prefill=0.3, decode=2).kv(0.5).obj(),
+            9,
+            REASON_SCALE_DOWN_IDLE,
+            id="...and no longer vetoes the load metrics' scale-down",
+        ),
+        pytest.param(
+            make_snapshot(10).latency(ttft=1.6).in_flight(prefill=0.6, decode=2).kv(0.79).obj(),
+            16,
+            REASON_SCALE_UP_TTFT,
+            id="a prefill queue: the breach scales up",
+        ),
+        pytest.param(
+            make_snapshot(10).latency(ttft=1.6).in_flight(prefill=0.3, decode=2).kv(0.79).missing("prefill", 1).obj(),
+            16,
+            REASON_SCALE_UP_TTFT,
+            id="partial prefill data: the guard does not apply",
+        ),
+        pytest.param(
+            make_snapshot(10).latency(ttft=1.6).kv(0.79).obj(),
+            16,
+            REASON_SCALE_UP_TTFT,
+            id="no in-flight gauges: the guard does not apply",
+        ),
+    ],
+)
+def test_compute_desired_pairs_ttft_breach_without_a_prefill_queue_has_no_opinion(
+    snap: MetricsSnapshot, want_pairs: int, want_reason: str
+) -> None:
+    """A TTFT p95 over target while prefill instances hold < 0.5 requests each is service time (long uncached
+    prompts), not queueing: ordering pairs would run to maxPairs and veto every scale-down (fleet benchmark
+    W2: 6,725 GPUh for Tandem vs 4,301 for static peak before this rule, 3,022 after)."""
+    spec = make_autoscaling().targets(ttft_p95_ms=1000, kv_percent=80).scale_down(window="0s").obj()
+    decision, state = decide(spec, ctx(10), snap)
+    assert (decision.desired_pairs, decision.reason) == (want_pairs, want_reason), decision.message
+    if want_reason == REASON_HOLD_SERVICE_BOUND:
+        assert "no queue for more pairs to cut" in decision.message and "0.3 requests each" in decision.message
+        assert state.learned == ()  # a service-bound breach teaches no load ceiling
 
 
 # --- windows, step budgets, restarts --------------------------------------------------------------
