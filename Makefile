@@ -57,3 +57,6 @@ bench: setup ## fleet + controller benchmarks into bench/results/
 
 clean: ## remove caches in the tree (the toolchain cache outside the repo is kept)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Local control plane: testenv, cluster-up, cluster-down, cluster-status.
+include tools/testenv/testenv.mk

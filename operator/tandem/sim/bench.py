@@ -580,12 +580,14 @@ def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
         t = pol["tandem"]["metrics"]
         tg = t["gpuh"]["total"]
         t_att = t["both_attainment_feasible"]
-        dominated, close = [], []
+        dominated, close, better = [], [], []
         for n, p in pol.items():
             if n == "tandem":
                 continue
             m = p["metrics"]
             g, a = m["gpuh"]["total"], m["both_attainment_feasible"]
+            if a >= t_att + 0.01:
+                better.append(f"{n} ({_pct(a)} for {_num(g / tg)} × the GPU-hours)")
             if g < tg and a >= t_att:
                 dominated.append(f"{n} ({_num(g, 0)} GPUh, {_num(g / tg)} × Tandem's, at {_pct(a)})")
             elif g < tg and a >= t_att - 0.01:
@@ -604,6 +606,8 @@ def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
             line += f"Dominated by {', '.join(dominated)}. "
         if close:
             line += f"Within one point of its attainment for fewer GPU-hours: {', '.join(close)}. "
+        if better and not dominated:
+            line += f"Higher attainment, by at least one point: {', '.join(better)}. "
         if not dominated and not close:
             line += (
                 "No baseline is cheaper at equal or better attainment; the cheaper ones serve far fewer requests "
