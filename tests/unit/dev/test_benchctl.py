@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tandem.dev import audit, benchctl
+from tandem.dev import audit, benchctl, benchreport, benchstats
 from tandem.dev.nodes import NodeSpec, build_gpu_node
 
 pytestmark = pytest.mark.unit
@@ -57,20 +57,20 @@ ADD_PAIR = [
     ],
 )
 def test_summarize_gives_median_and_min_max_spread(values: list[float], want: dict[str, float]) -> None:
-    assert benchctl.summarize(values) == want
+    assert benchstats.summarize(values) == want
 
 
 def test_summarize_refuses_no_values() -> None:
     with pytest.raises(ValueError, match="at least one"):
-        benchctl.summarize([])
+        benchstats.summarize([])
 
 
 def test_paired_ratios_worked_example() -> None:
-    assert benchctl.paired_ratios([8.5, 9.1, 8.0], [5.7, 6.0, 5.5]) == [1.4912, 1.5167, 1.4545]
+    assert benchstats.paired_ratios([8.5, 9.1, 8.0], [5.7, 6.0, 5.5]) == [1.4912, 1.5167, 1.4545]
 
 
 def test_ratio_summary_is_the_median_of_per_repeat_ratios_with_ratio_of_medians_beside() -> None:
-    got = benchctl.ratio_summary([8.5, 9.1, 8.0], [5.7, 6.0, 5.5])
+    got = benchstats.ratio_summary([8.5, 9.1, 8.0], [5.7, 6.0, 5.5])
     assert got["median"] == 1.4912
     assert (got["min"], got["max"]) == (1.4545, 1.5167)
     assert got["of_medians"] == 1.4912  # 8.5 / 5.7
@@ -85,7 +85,7 @@ def test_ratio_summary_is_the_median_of_per_repeat_ratios_with_ratio_of_medians_
 )
 def test_paired_ratios_refuses_bad_arms(a: list[float], b: list[float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        benchctl.paired_ratios(a, b)
+        benchstats.paired_ratios(a, b)
 
 
 # --- write accounting ----------------------------------------------------------------------------
@@ -105,12 +105,12 @@ def test_paired_ratios_refuses_bad_arms(a: list[float], b: list[float], match: s
     ],
 )
 def test_classify_write(verb: str, resource: str, want: str) -> None:
-    assert benchctl.classify_write(verb, resource) == want
+    assert benchstats.classify_write(verb, resource) == want
 
 
 def test_call_name_drops_the_group_keeps_the_subresource() -> None:
-    assert benchctl.call_name("update", f"{POOLS}/status") == "update inferencepools/status"
-    assert benchctl.call_name("create", "pods") == "create pods"
+    assert benchstats.call_name("update", f"{POOLS}/status") == "update inferencepools/status"
+    assert benchstats.call_name("create", "pods") == "create pods"
 
 
 def test_tally_writes_splits_categories_and_counts_refused_writes() -> None:
@@ -122,7 +122,7 @@ def test_tally_writes_splits_categories_and_counts_refused_writes() -> None:
         ev(4, "create", "events", "", 201),
         ev(5, "get", "pods"),  # a read is never a write
     ]
-    got = benchctl.tally_writes(events)
+    got = benchstats.tally_writes(events)
     assert got["operator"] == {
         "total": 3,
         "failed": 1,
@@ -131,24 +131,24 @@ def test_tally_writes_splits_categories_and_counts_refused_writes() -> None:
     }
     assert got["framework"]["by_call"] == {"patch inferencepools": 1}
     assert got["events"]["total"] == 1
-    assert benchctl.total_writes(got) == 5
+    assert benchstats.total_writes(got) == 5
 
 
 def test_split_passes_cuts_after_each_status_write() -> None:
-    passes = benchctl.split_passes(list(reversed(ADD_PAIR)))  # order comes from the timestamps
+    passes = benchstats.split_passes(list(reversed(ADD_PAIR)))  # order comes from the timestamps
     assert [len(p) for p in passes] == [6, 3]
     assert passes[0][-1].resource.endswith("/status") and passes[1][-1].resource.endswith("/status")
 
 
 def test_split_passes_keeps_an_open_tail() -> None:
-    passes = benchctl.split_passes([*ADD_PAIR, ev(400, "delete", "pods", "x")])
+    passes = benchstats.split_passes([*ADD_PAIR, ev(400, "delete", "pods", "x")])
     assert [len(p) for p in passes] == [6, 3, 1]
 
 
 def test_split_create_and_ready_on_the_add_pair_timeline() -> None:
-    halves = benchctl.split_create_and_ready(ADD_PAIR)
-    create = benchctl.tally_writes(halves["create"])
-    ready = benchctl.tally_writes(halves["ready"])
+    halves = benchstats.split_create_and_ready(ADD_PAIR)
+    create = benchstats.tally_writes(halves["create"])
+    ready = benchstats.tally_writes(halves["ready"])
     assert create["operator"]["by_call"] == {
         "create pods": 2,
         "patch configmaps": 1,
@@ -162,7 +162,7 @@ def test_split_create_and_ready_on_the_add_pair_timeline() -> None:
 def scenario(name: str, events: list[audit.AuditEvent], split: bool = False) -> dict[str, Any]:
     sc = benchctl._scenario(name, events, T0, T0 + timedelta(seconds=60), 2, {}, "x")
     if split:
-        sc["split"] = {k: benchctl.tally_writes(v) for k, v in benchctl.split_create_and_ready(events).items()}
+        sc["split"] = {k: benchstats.tally_writes(v) for k, v in benchstats.split_create_and_ready(events).items()}
     return benchctl.judge(sc)
 
 
@@ -195,8 +195,8 @@ def test_scenario_timeline_is_relative_to_the_trigger() -> None:
 
 
 def test_median_tally_picks_the_middle_repeat_whole() -> None:
-    tallies = [benchctl.tally_writes(ADD_PAIR[:n]) for n in (9, 3, 6)]
-    assert benchctl.total_writes(benchctl.median_tally(tallies)) == 6
+    tallies = [benchstats.tally_writes(ADD_PAIR[:n]) for n in (9, 3, 6)]
+    assert benchstats.total_writes(benchctl.median_tally(tallies)) == 6
 
 
 # --- operator metrics ------------------------------------------------------------------------------
@@ -213,15 +213,15 @@ garbage line
 
 
 def test_parse_metrics_and_sums() -> None:
-    samples = benchctl.parse_metrics(METRICS)
-    assert benchctl.metric_sum(samples, "tandem_reconcile_total") == 8.0
-    assert benchctl.metric_sum(samples, "tandem_reconcile_total", result="ok") == 7.0
-    assert benchctl.metric_sum(samples, "process_resident_memory_bytes") == 1.2e8
-    assert benchctl.api_writes(samples) == {"create Pod": 4, "update inferencepools/status": 2}
+    samples = benchstats.parse_metrics(METRICS)
+    assert benchstats.metric_sum(samples, "tandem_reconcile_total") == 8.0
+    assert benchstats.metric_sum(samples, "tandem_reconcile_total", result="ok") == 7.0
+    assert benchstats.metric_sum(samples, "process_resident_memory_bytes") == 1.2e8
+    assert benchstats.api_writes(samples) == {"create Pod": 4, "update inferencepools/status": 2}
 
 
 def test_counter_delta_keeps_only_changes() -> None:
-    assert benchctl.counter_delta({"create Pod": 4, "x": 1}, {"create Pod": 6, "x": 1, "y": 2}) == {
+    assert benchstats.counter_delta({"create Pod": 4, "x": 1}, {"create Pod": 6, "x": 1, "y": 2}) == {
         "create Pod": 2,
         "y": 2,
     }
@@ -344,7 +344,7 @@ RESULTS: dict[str, Any] = {
                 "ratio": summary(1.52, 1.45, 1.6),
                 "ratio_pods": summary(1.48, 1.4, 1.55),
                 "overhead_s": summary(2.86, 2.6, 3.0),
-                "operator_writes": benchctl.tally_writes(ADD_PAIR),
+                "operator_writes": benchstats.tally_writes(ADD_PAIR),
                 "passes_median": 4,
             }
         ]
@@ -363,7 +363,7 @@ RESULTS: dict[str, Any] = {
         "rss_per_pool_kib": 141.3,
         "observed_all_s": 200.0,
         "create_s": 20.0,
-        "writes": benchctl.tally_writes([ev(1, "update", f"{POOLS}/status", code=409)]),
+        "writes": benchstats.tally_writes([ev(1, "update", f"{POOLS}/status", code=409)]),
         "samples": [[0.0, 112.0, 0.0], [1.0, 150.0, 10.0]],
     },
     "c6": {
@@ -376,7 +376,7 @@ RESULTS: dict[str, Any] = {
 
 
 def test_render_markdown_from_fixed_results() -> None:
-    md = benchctl.render_markdown(RESULTS)
+    md = benchreport.render_markdown(RESULTS)
     assert md.startswith("# Controller benchmark")
     assert "revision `0123456789ab` (uncommitted changes in the tree)" in md
     want_row = (
@@ -396,7 +396,7 @@ def test_render_markdown_from_fixed_results() -> None:
 
 
 def test_findings_say_where_the_operator_loses() -> None:
-    notes = benchctl.findings(RESULTS)
+    notes = benchreport.findings(RESULTS)
     assert any("52 % more time (8.54 s vs 5.68 s)" in n for n in notes)
     assert any(n.startswith("C2 +1 pair: creating pass(es) made 4 operator writes") for n in notes)
     assert any(n.startswith("C4: 250 MiB") for n in notes)
@@ -415,13 +415,13 @@ def test_findings_say_where_the_operator_loses() -> None:
     ],
 )
 def test_seconds_of_a_duration(text: str | None, want: float) -> None:
-    assert benchctl._seconds(text) == want
+    assert benchreport._seconds(text) == want
 
 
 def test_render_markdown_with_sections_missing_or_failed() -> None:
     partial = {k: v for k, v in RESULTS.items() if k not in ("c1", "c2", "c4", "c6")}
     partial["c4"] = {"error": "timed out after 1800 s"}
-    md = benchctl.render_markdown(partial)
+    md = benchreport.render_markdown(partial)
     assert "## C1" not in md and "## C2" not in md
     assert "C4 did not finish: timed out after 1800 s" in md
 
@@ -432,11 +432,11 @@ def test_render_markdown_without_findings_says_so() -> None:
         clean.pop(key)
     clean["c6"]["repeats"] = [C6_REPEAT]
     clean["c6"].pop("with_load_delay")
-    assert "- Nothing: every measured value met its target." in benchctl.render_markdown(clean)
+    assert "- Nothing: every measured value met its target." in benchreport.render_markdown(clean)
 
 
 def test_write_plots_makes_one_png_per_section(tmp_path: Path) -> None:
-    written = benchctl.write_plots(RESULTS, tmp_path)
+    written = benchreport.write_plots(RESULTS, tmp_path)
     assert sorted(p.name for p in written) == [
         "controller-c1.png",
         "controller-c2.png",
