@@ -58,7 +58,7 @@ def test_w4_storm_lowers_local_hits_during_the_window() -> None:
 
 
 def test_w5_is_run_by_the_rollout_module_not_the_scaling_runner() -> None:
-    with pytest.raises(NotImplementedError, match="run_w5"):
+    with pytest.raises(ValueError, match="run_w5"):
         run(ScenarioConfig("W5", **TINY), ["B0"], 1, load_params())
 
 

@@ -91,11 +91,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
 
-    try:
-        result = run(config, names, args.seed, params, progress=progress)
-    except NotImplementedError as exc:
-        print(f"tandem sim: {exc}", file=sys.stderr)
+    if config.scenario == "W5":
+        print("tandem sim: W5 runs rollout policies: use `tandem bench fleet --scenarios W5`", file=sys.stderr)
         return 2
+    result = run(config, names, args.seed, params, progress=progress)
     doc = write(result, args.out, plots=not args.no_plots)
     failed = [g for g in doc["gates"] if not g["pass"]]
     progress(

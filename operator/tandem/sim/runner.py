@@ -248,7 +248,7 @@ def run(
     """Build the scenario's workload and bounds once, then simulate each scaling policy on it (W1–W4, W6;
     W5 is :func:`tandem.sim.rollout.run_w5`)."""
     if config.scenario == "W5":
-        raise NotImplementedError(
+        raise ValueError(  # W5 is not a scaling-policy scenario: a usage error, not a missing feature
             "W5 runs rollout policies: use `tandem bench fleet --scenarios W5` (tandem.sim.rollout.run_w5)"
         )
     prep = prepare(config, seed, params, progress)
