@@ -89,7 +89,7 @@ def test_live_mode_replays_a_trace_through_the_routing_table_into_prometheus(
     prometheus: PrometheusServer,
 ) -> None:
     if not (traces_dir() / CONVERSATION).exists():
-        pytest.skip(f"trace not present: {traces_dir() / CONVERSATION}")
+        pytest.fail(f"trace not present: {traces_dir() / CONVERSATION} (set TANDEM_TRACES_DIR)")
     kube = crds
     gpu_nodes.add(REPLICAS + 1)
     operator_factory([ns], extra_args=[f"--prometheus-url={prometheus.url}", "--scrape-interval=1"])

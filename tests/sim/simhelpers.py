@@ -21,7 +21,7 @@ from tandem.sim.workload import Workload
 def trace_file(name: str) -> Path:
     path = traces_dir() / name
     if not path.exists():
-        pytest.skip(f"trace not present: {path}")
+        pytest.fail(f"trace not present: {path} (the shared traces back the must-show counts; set TANDEM_TRACES_DIR)")
     return path
 
 

@@ -553,7 +553,7 @@ def test_copies_worked_example_of_the_module_docstring() -> None:
 
     path = traces_dir() / CONVERSATION
     if not path.exists():
-        pytest.skip(f"trace not present: {path}")
+        pytest.fail(f"trace not present: {path} (set TANDEM_TRACES_DIR)")
     wl = load_trace(path)
     src = ArrivalSource(wl, rate=50.0, speedup=1.0, seed=1, key_blocks=2, epoch=0.0)
     assert len(wl) == 12031 and src.native_rate == pytest.approx(3.40, abs=0.005)
