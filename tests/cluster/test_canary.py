@@ -232,8 +232,8 @@ def test_prometheus_outage_holds_then_pauses(
 
 
 def test_operator_killed_at_each_step_resumes_that_step(rollout_env: Any) -> None:
-    """OP-01: SIGKILL at every step; each restart resumes the persisted step, never skips one, and never
-    leaves duplicate or extra pairs."""
+    """OP-01: SIGKILL at every step the poll sees (always both analysis steps); each restart resumes the
+    persisted step, advances at most one step, and never leaves duplicate or extra pairs."""
     kube, ns, _, op, _ = rollout_env
     roll_to(rollout_env, "v2", successStreak=3)
     killed_at: list[int] = []
@@ -262,7 +262,11 @@ def test_operator_killed_at_each_step_resumes_that_step(rollout_env: Any) -> Non
             assert len(live - draining) <= REPLICAS + 1  # replicas + maxSurge
         time.sleep(0.5)
     assert status(kube, ns)["rollout"]["phase"] == "Promoted"
-    assert len(killed_at) >= 3, killed_at  # killed in several steps (set, analysis, ...)
+    # setWeight steps finish within one pass, so a 0.5 s poll cannot promise to land in them; the two
+    # analysis steps (indices 1 and 3) last initialDelay + successStreak × interval ≥ 16 s, so a kill in
+    # each is certain. Kills were recorded in order: the persisted step never went backwards.
+    assert {1, 3} <= set(killed_at), killed_at
+    assert killed_at == sorted(killed_at), killed_at
 
     def engine_pods() -> list[str]:
         items = kube.json("get", "pods", "-n", ns, "-l", "tandem.dev/component=engine", "-o", "json")["items"]
