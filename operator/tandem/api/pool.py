@@ -427,6 +427,11 @@ class AutoscalingSpec(ApiModel):
     """Scale-down behaviour; fields left out keep the scale-down defaults."""
     ratio: RatioAdjustment = RatioAdjustment()
     """Optional P:D ratio adjustment."""
+    ttft_service_bound_in_flight_percent: Annotated[int, Field(ge=0, le=100_000)] = 50
+    """A TTFT breach while prefill instances hold fewer than this many requests in flight (running plus
+    waiting, percent of one request; 50 = 0.5) is service-time bound: long uncached prompts, no queue that
+    more pairs would shorten. Such a breach then neither adds pairs nor vetoes a scale-down, and the status
+    says HoldTTFTServiceBound. 0 turns the rule off (every TTFT breach scales up)."""
 
 
 # --- rollout ---------------------------------------------------------------------------------

@@ -235,8 +235,9 @@ class AutoscalePolicy:
     """How long a learned ceiling is held before it may relax (not in the API yet; see the design doc)."""
     service_bound_in_flight: float = DEFAULT_SERVICE_BOUND_IN_FLIGHT
     """Prefill in-flight (running + waiting) per instance below which a TTFT breach is service-time bound:
-    with no queue to cut, the breach has no opinion on the pair count (not in the API yet). 0.5 was chosen
-    on the fleet benchmark (docs/design/004-autoscaling.md)."""
+    with no queue to cut, the breach has no opinion on the pair count
+    (spec.autoscaling.ttftServiceBoundInFlightPercent). 0.5 was chosen on the fleet benchmark
+    (docs/design/004-autoscaling.md)."""
     max_latency_ratio: float = DEFAULT_MAX_LATENCY_RATIO
     """Cap on a latency's ratio in the scale-up rule: past saturation a latency measures the queue, not the
     shortfall, so one breach may at most multiply the *ready* pairs by this (not in the API yet)."""
@@ -268,6 +269,7 @@ class AutoscalePolicy:
             ratio=spec.ratio,
             learn_hold_s=max(DEFAULT_LEARN_HOLD_S, 6 * down.window_s) if learn_hold_s is None else learn_hold_s,
             max_latency_ratio=max_latency_ratio,
+            service_bound_in_flight=spec.ttft_service_bound_in_flight_percent / 100,
         )
 
     def target(self, metric: str) -> float | None:

@@ -44,6 +44,7 @@ from tandem.api.pool import InferencePoolSpec, RolloutStep
 from tandem.api.pool_status import AnalysisProgress, GateVerdict, RolloutStatus
 from tandem.api.quantity import parse_duration
 from tandem.core import conditions as c
+from tandem.core.analysis import next_evaluation_at
 
 AnalysisOutcome = Literal["Continue", "Passed", "Failed", "NoDataDeadline", "Paused"]
 
@@ -376,7 +377,10 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             elif result.outcome == "Paused":
                 events.append(Event(EVENT_WARNING, "InvalidQuery", f"step {status.step}: {result.message}"))
                 status = status.model_copy(update={"phase": "Paused", "message": f"paused: {result.message}"[:1024]})
-        requeue = parse_duration(spec.rollout.analysis.interval)
+        # Requeue when the next evaluation is due, not a full interval after this pass: a pass that was
+        # not due (a pod event, a status write) must not postpone the evaluation (controller bench C6).
+        due = next_evaluation_at(analysis_progress, spec.rollout.analysis, started)
+        requeue = min(parse_duration(spec.rollout.analysis.interval), max(1.0, (due - now).total_seconds()))
     status = status.model_copy(update={"analysis": analysis_progress, "gates": gates})
 
     if failed_reason:

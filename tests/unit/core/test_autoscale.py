@@ -471,6 +471,24 @@ def test_compute_desired_pairs_ttft_breach_without_a_prefill_queue_has_no_opinio
         assert state.learned == ()  # a service-bound breach teaches no load ceiling
 
 
+@pytest.mark.parametrize(
+    ("percent", "want_pairs", "want_reason"),
+    [
+        pytest.param(0, 16, REASON_SCALE_UP_TTFT, id="0 turns the rule off: every breach scales up"),
+        pytest.param(25, 16, REASON_SCALE_UP_TTFT, id="0.3 in flight is a queue above a 0.25 threshold"),
+        pytest.param(200, 10, REASON_HOLD_SERVICE_BOUND, id="2 requests: 0.3 in flight is service bound"),
+    ],
+)
+def test_the_service_bound_threshold_comes_from_the_spec(percent: int, want_pairs: int, want_reason: str) -> None:
+    """spec.autoscaling.ttftServiceBoundInFlightPercent sets the threshold (default 50 = 0.5 requests)."""
+    spec = make_autoscaling().targets(ttft_p95_ms=1000, kv_percent=80).scale_down(window="0s").obj()
+    assert AutoscalePolicy.from_spec(spec).service_bound_in_flight == 0.5
+    spec = spec.model_copy(update={"ttft_service_bound_in_flight_percent": percent})
+    snap = make_snapshot(10).latency(ttft=1.6).in_flight(prefill=0.3, decode=2).kv(0.79).obj()
+    decision, _ = decide(spec, ctx(10), snap)
+    assert (decision.desired_pairs, decision.reason) == (want_pairs, want_reason), decision.message
+
+
 # --- windows, step budgets, restarts --------------------------------------------------------------
 
 

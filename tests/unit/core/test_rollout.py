@@ -259,3 +259,41 @@ def test_rolling_back_keeps_the_canary_at_its_step_weight_until_stable_is_back()
     assert short.targets == {"a": 8, "b": 1} and short.canary_weight_percent == 5
     back = decide(stable_ready=8)
     assert back.targets == {"a": 8, "b": 0} and back.canary_weight_percent == 0
+
+
+def test_a_pass_that_is_not_due_requeues_at_the_next_evaluation_not_a_full_interval_later() -> None:
+    """Controller bench C6: an intermediate pass (a pod event, a status write) in an analysis step must not
+    postpone the due evaluation. interval 30 s, last evaluation at +70 s: a pass at +95 s requeues in 5 s."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    from tandem.api.pool_status import AnalysisProgress  # noqa: PLC0415
+
+    pool = make_pool().pairs(4).steps({"setCanaryPairs": 1}, {"analysis": {}}, {"setWeight": 100}).obj()
+    started = plan_rollout(
+        RolloutInputs(spec=pool.spec, status=RolloutStatus(), stable="a", desired="b", counts={}, now=T0)
+    ).status
+    progress = AnalysisProgress(success_streak=1, last_evaluated_at=T0 + timedelta(seconds=70))
+    at_analysis = started.model_copy(
+        update={"step_index": 1, "step": "2/3", "step_started_at": T0, "analysis": progress}
+    )
+    counts = {"a": RevisionCounts(3, 3), "b": RevisionCounts(1, 1)}
+
+    def requeue_at(seconds: float) -> float | None:
+        inputs = RolloutInputs(
+            spec=pool.spec,
+            status=at_analysis,
+            stable="a",
+            desired="b",
+            counts=counts,
+            now=T0 + timedelta(seconds=seconds),
+        )
+        decision = plan_rollout(inputs)
+        assert decision.status.step_index == 1 and decision.status.phase == "Progressing"
+        return decision.requeue_after
+
+    assert requeue_at(95) == pytest.approx(5.0)
+    assert requeue_at(71) == pytest.approx(29.0)
+    assert requeue_at(100.5) == 1.0  # due now but evaluated elsewhere: retried soon, never a busy loop
+    fresh = at_analysis.model_copy(update={"analysis": AnalysisProgress()})
+    inputs = RolloutInputs(spec=pool.spec, status=fresh, stable="a", desired="b", counts=counts, now=T0)
+    assert plan_rollout(inputs).requeue_after == pytest.approx(30.0)  # first due at initialDelay 60 s, capped
