@@ -16,24 +16,27 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Sub-command modules, in help order. Each must define ``register(subparsers) -> None``.
-COMMAND_MODULES: tuple[str, ...] = (
-    "tandem.api.commands",  # crds, validate, explain-like helpers
-    "tandem.planview",  # plan
-    "tandem.operator_main",  # run
-    "tandem.rolloutctl",  # rollout status|promote|abort|pause|resume
-    "tandem.sim.cli",  # sim
-    "tandem.dev.simlive",  # sim live (after tandem.sim.cli: it adds a sub-command to `sim`)
-    "tandem.dev.cli",  # dev cluster up|down|status
-    "tandem.dev.demo",  # demo
-    "tandem.sim.bench",  # bench fleet
-    "tandem.dev.benchctl",  # bench controller
+# Sub-command modules, in help order, with the top-level commands each registers (a test keeps the two in
+# step). Each must define ``register(subparsers) -> None``.
+COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tandem.api.commands", ("crds", "validate")),
+    ("tandem.planview", ("plan",)),
+    ("tandem.operator_main", ("run",)),
+    ("tandem.rolloutctl", ("rollout",)),
+    ("tandem.sim.cli", ("sim",)),
+    ("tandem.dev.simlive", ("sim",)),  # sim live (after tandem.sim.cli: it adds a sub-command to `sim`)
+    ("tandem.dev.cli", ("dev",)),
+    ("tandem.dev.demo", ("demo",)),
+    ("tandem.sim.bench", ("bench",)),  # bench fleet
+    ("tandem.dev.benchctl", ("bench",)),  # bench controller
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the parser from every command module that is importable.
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the parser from the command modules that are importable.
 
+    With ``command`` (a known top-level command) only its modules are imported: the operator process
+    (`tandem run`) then never loads the simulator, numpy or the benchmark code (17 MiB of its RSS).
     A module that is missing (a feature not built yet) is skipped, so the CLI stays usable while the
     project grows; an ImportError *inside* an existing module is re-raised, never hidden.
     """
@@ -42,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tandem: prefill/decode inference fleets on AMD GPU nodes.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    wanted = [name for name, commands in COMMAND_MODULES if command in commands]
+    for name in wanted or [name for name, _ in COMMAND_MODULES]:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -55,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``tandem`` sub-command and return its exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

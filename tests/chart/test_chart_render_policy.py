@@ -260,6 +260,7 @@ def test_operator_flags() -> None:
         "--prometheus-url=https://prometheus.monitoring.svc:9090",
         "--prometheus-auth-dir=/etc/tandem/prometheus",
         "--log-format=text",
+        "--max-concurrent-passes=8",
     ]
     minimal = operator_container(render())
     assert minimal["args"] == [
@@ -267,6 +268,7 @@ def test_operator_flags() -> None:
         "--liveness-port=8080",
         "--metrics-port=9090",
         "--log-format=json",
+        "--max-concurrent-passes=8",
     ]
     assert "command" not in minimal, "the image's ENTRYPOINT is `tandem run`"
     assert not any("all-namespaces" in a or a in ("-A", "--all-namespaces") for a in args)

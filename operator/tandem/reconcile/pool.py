@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -302,11 +302,9 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
     ns, name, uid = pool.metadata.namespace, pool.metadata.name, pool.metadata.uid
     writes = 0
     if plan.rollout_first is not None:
-        body = dict(raw)
         status = dict(raw.get("status") or {})
         status["rollout"] = plan.rollout_first.wire()
-        body["status"] = status
-        result = await kube.replace_status(PLURAL, ns, body)
+        result = await replace_status(kube, raw, status)
         raw["metadata"] = result.get("metadata", raw["metadata"])
         raw["status"] = result.get("status", status)
         writes += 1
@@ -417,11 +415,49 @@ async def report(
     except ValidationError:
         unchanged = False
     if not unchanged:
-        body = dict(raw)
-        body["status"] = status.wire()
-        await kube.replace_status(PLURAL, snapshot.pool.metadata.namespace, body)
+        await replace_status(kube, raw, status.wire())
         writes += 1
     return writes
+
+
+_BOOKKEEPING = ("resourceVersion", "finalizers", "managedFields")
+"""Metadata a status write may be rebased over: nothing the plan read (kopf adds its finalizer while a new
+pool's first pass runs; that patch alone must not cost the pass its status write)."""
+
+
+async def replace_status(kube: KubeApi, raw: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """PUT ``status`` onto the pool the pass observed (``raw``), guarded by its resourceVersion.
+
+    On a 409 the pool is read again; when only bookkeeping metadata changed (same spec, generation,
+    labels, annotations and status, not being deleted), the plan is still right for it and the write is
+    retried once on the fresh resourceVersion. Any other change keeps the Conflict: the next pass plans
+    from the new object.
+    """
+    meta = raw["metadata"]
+    body = dict(raw)
+    body["status"] = status
+    try:
+        return await kube.replace_status(PLURAL, meta["namespace"], body)
+    except Conflict:
+        fresh = await kube.get_custom(PLURAL, meta["namespace"], meta["name"])
+        if fresh is None or not only_bookkeeping_changed(raw, fresh):
+            raise
+    body = dict(fresh)
+    body["status"] = status
+    return await kube.replace_status(PLURAL, meta["namespace"], body)
+
+
+def only_bookkeeping_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when ``new`` differs from ``old`` in nothing but resourceVersion, finalizers, managedFields."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if new_meta.get("deletionTimestamp") or old_meta.get("deletionTimestamp"):
+        return False
+    keys = (set(old_meta) | set(new_meta)) - set(_BOOKKEEPING)
+    return (
+        all(old_meta.get(k) == new_meta.get(k) for k in keys)
+        and old.get("spec") == new.get("spec")
+        and (old.get("status") or None) == (new.get("status") or None)
+    )
 
 
 async def post_event(kube: KubeApi, pool: InferencePool, event: Event, now: datetime) -> None:

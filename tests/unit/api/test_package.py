@@ -24,3 +24,37 @@ def test_tandem_imports_and_stdlib_operator_is_not_shadowed() -> None:
 def test_console_script_is_installed() -> None:
     proc = subprocess.run([sys.executable, "-m", "tandem.cli", "--help"], capture_output=True, text=True, check=True)
     assert "validate" in proc.stdout and "crds" in proc.stdout
+
+
+def test_command_modules_register_exactly_the_commands_they_declare() -> None:
+    """`tandem run` imports only the operator's module; the declared map must match what each registers."""
+    import argparse  # noqa: PLC0415
+    import importlib  # noqa: PLC0415
+
+    from tandem.cli import COMMAND_MODULES, build_parser  # noqa: PLC0415
+
+    declared: set[str] = set()
+    for name, commands in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers(dest="command")
+        if name == "tandem.dev.simlive":  # extends `sim`, registered first by tandem.sim.cli
+            importlib.import_module("tandem.sim.cli").register(sub)
+        importlib.import_module(name).register(sub)
+        assert set(sub.choices) == set(commands), name
+        declared |= set(commands)
+    full = build_parser()
+    choices = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(choices) == declared
+    only_run = build_parser("run")
+    run_choices = next(a for a in only_run._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(run_choices) == {"run"}
+
+
+def test_tandem_run_does_not_import_the_simulator_or_numpy() -> None:
+    code = (
+        "import sys\n"
+        "from tandem.cli import build_parser\n"
+        "build_parser('run').parse_args(['run', '--namespace', 'x'])\n"
+        "print(sorted(m for m in ('numpy', 'tandem.sim', 'tandem.dev.benchctl', 'matplotlib') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
