@@ -550,7 +550,7 @@ def _w5_md(w5: dict[str, Any]) -> list[str]:
     lines += ["", "First evaluations (gate: verdict:value vs stable):", ""]
     for a in w5["arms"]:
         ev = a.get("evaluation_log", [])[:3]
-        text = "; ".join(f"t={e['t']:.0f} {e['outcome']} {e['gates']}" for e in ev) or "none"
+        text = "; ".join(f"t={e['t']:.0f} {e['outcome']} {dict(sorted(e['gates'].items()))}" for e in ev) or "none"
         lines.append(f"- {a['canary']}/{a['gates']} {a['arm']}: {text}")
     lines.append("")
     return lines
