@@ -19,6 +19,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tools/testenv/versions.sh
 . "$HERE/versions.sh"
+# shellcheck source=tools/testenv/checks.sh
+. "$HERE/checks.sh"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false" GOPROXY="${GOPROXY:-https://proxy.golang.org}"
 CACHE=${TANDEM_TESTENV_CACHE:-$HOME/.cache/tandem-testenv}
@@ -57,7 +59,7 @@ build_k8s() {
     [ "$b" = kubectl ] && { log "k8s $K8S_VERSION present: $out"; return 0; }
   done
   cd "$HERE/k8s"
-  if ! grep -q "k8s.io/kubernetes $K8S_VERSION" go.mod; then
+  if ! file_has "k8s.io/kubernetes $K8S_VERSION" go.mod; then
     # Regenerated only on a version bump: k8s.io/kubernetes pins its staging modules at v0.0.0 and maps
     # them with replace lines that are ignored for a dependency, so we replace each with its tag.
     log "resolving k8s.io/kubernetes@$K8S_VERSION staging modules"
@@ -75,7 +77,7 @@ build_k8s() {
   run_with_heartbeat "k8s $K8S_VERSION" go build -v -p "${TESTENV_JOBS:-2}" -ldflags "$(k8s_ldflags)" -o "$out.tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
-  "$out.tmp/kube-apiserver" --version | grep -qx "Kubernetes $K8S_VERSION"
+  output_has_line "Kubernetes $K8S_VERSION" "$out.tmp/kube-apiserver" --version
   rm -rf "$out"; mv "$out.tmp" "$out"
   log "k8s $K8S_VERSION built: $out"
 }
@@ -84,12 +86,12 @@ build_etcd() {
   local out="$CACHE/etcd-$ETCD_VERSION"
   [ -x "$out/etcd" ] && { log "etcd $ETCD_VERSION present: $out"; return 0; }
   cd "$HERE/etcd"
-  grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" go.mod || go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  file_has "go.etcd.io/etcd/server/v3 $ETCD_VERSION" go.mod || go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
   log "building etcd $ETCD_VERSION"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
   # go install refuses etcd (replace directives upstream), so the wrapper builds it; -o names the file.
   run_with_heartbeat "etcd" go build -v -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3
-  "$out.tmp/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}"
+  output_has "etcd Version: ${ETCD_VERSION#v}" "$out.tmp/etcd" --version
   rm -rf "$out"; mv "$out.tmp" "$out"
   log "etcd $ETCD_VERSION built: $out"
 }
@@ -98,7 +100,7 @@ build_kwok() {
   local out="$CACHE/kwok-$KWOK_VERSION"
   [ -x "$out/kwok" ] && [ -x "$out/kwokctl" ] && { log "kwok $KWOK_VERSION present: $out"; return 0; }
   cd "$HERE/kwok"
-  grep -q "sigs.k8s.io/kwok $KWOK_VERSION" go.mod || \
+  file_has "sigs.k8s.io/kwok $KWOK_VERSION" go.mod || \
     go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   log "building kwok $KWOK_VERSION"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
@@ -113,7 +115,7 @@ build_helm() {
   local out="$CACHE/helm-$HELM_VERSION"
   [ -x "$out/helm" ] && { log "helm $HELM_VERSION present: $out"; return 0; }
   cd "$HERE/helm"
-  grep -q "helm.sh/helm/v3 $HELM_VERSION" go.mod || go get -tool "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  file_has "helm.sh/helm/v3 $HELM_VERSION" go.mod || go get -tool "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   # Helm's Makefile stamps the Kubernetes version it assumes offline from its own client-go minor.
   local hm h=helm.sh/helm/v3 ldf
   hm=$(awk '$1 == "k8s.io/client-go" {print $2}' go.mod | cut -d. -f2)
@@ -122,7 +124,7 @@ build_helm() {
   log "building helm $HELM_VERSION (assumes Kubernetes 1.$hm offline)"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
   run_with_heartbeat "helm" go build -v -ldflags "$ldf" -o "$out.tmp/helm" "$h/cmd/helm"
-  "$out.tmp/helm" version --short | grep -q "^$HELM_VERSION"
+  output_has_prefix "$HELM_VERSION" "$out.tmp/helm" version --short
   rm -rf "$out"; mv "$out.tmp" "$out"
   log "helm $HELM_VERSION built: $out"
 }

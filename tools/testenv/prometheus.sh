@@ -12,6 +12,8 @@
 set -euo pipefail
 
 BIN=${PROMETHEUS_BIN:-/usr/bin/prometheus}
+# shellcheck source=tools/testenv/checks.sh
+. "$(cd "$(dirname "$0")" && pwd)/checks.sh"
 log() { printf '[testenv %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 if [ ! -x "$BIN" ]; then
@@ -27,5 +29,5 @@ if [ ! -x "$BIN" ]; then
   $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 [ -x "$BIN" ] || { echo "prometheus.sh: $BIN still missing after apt-get install" >&2; exit 1; }
-log "prometheus present: $BIN ($("$BIN" --version 2>&1 | head -n1))"
+log "prometheus present: $BIN ($(first_line "$BIN" --version))"
 echo "PROMETHEUS=$BIN"
