@@ -196,6 +196,8 @@ def _record(namespace: str, name: str, result: CachePassResult) -> None:
 
 async def _one_pass(namespace: str, name: str, failures: int) -> tuple[CachePassResult, int]:
     assert om.RUNTIME.kube is not None
+    if not om.RUNTIME.is_leader():  # standing by after a lost Lease (tandem.leader_election)
+        return CachePassResult(requeue_after=2.0), failures
     try:
         result = await reconcile_cache(om.RUNTIME.kube, namespace, name)
         failures = 0 if not result.error else failures + 1

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -33,8 +34,11 @@ from prometheus_client.core import CounterMetricFamily
 
 from tandem import GROUP, VERSION
 from tandem.adapters.kube import WRITES, RealKube, load_config
+from tandem.adapters.lease import KubeLeaseStore
 from tandem.adapters.prometheus import PrometheusProvider
 from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POOL, MANAGED_BY
+from tandem.core.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S, LeaseTimings
+from tandem.leader_election import HealthServer, LeaderElector
 from tandem.reconcile.pool import Metrics, PassResult, PoolMemory, reconcile_pool
 
 log = logging.getLogger("tandem.operator")
@@ -53,6 +57,8 @@ CONDITION = Gauge(
     "tandem_pool_condition", "Pool conditions (1 for the current status)", ["namespace", "pool", "type", "status"]
 )
 ROLLOUT_STEP = Gauge("tandem_rollout_step", "Current rollout step index", ["namespace", "pool"])
+ELECTION = Gauge("tandem_leader", "1 while this process leads (holds the operator Lease and may act)")
+LEADERSHIP_LOST = Counter("tandem_leadership_lost_total", "Times this process stopped leading")
 LAST_PASS = Gauge("tandem_last_reconcile_timestamp_seconds", "Unix time of the last finished reconcile pass")
 
 
@@ -167,6 +173,11 @@ class Runtime:
     metrics: Metrics | None = None
     memory: dict[tuple[str, str], PoolMemory] = field(default_factory=dict)
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    started: bool = False
+    is_leader: Callable[[], bool] = lambda: True
+    """Leader election's verdict, read before every pass and by the adapter before every write."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """True once kopf's startup ran (the reconcile loop is live): what /readyz reports for the leader."""
     pass_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     """At most ``--max-concurrent-passes`` pool passes run at once, so 1,000 pools waking together do not
     all list from the API server at the same moment. Passes act one at a time under the placement lock
@@ -212,11 +223,13 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.scanning.disabled = True
     settings.peering.standalone = True
     RUNTIME.config = OperatorConfig.from_env() if not RUNTIME.config.namespaces else RUNTIME.config
-    RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig))
+    RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig), may_write=lambda: RUNTIME.is_leader())  # noqa: PLW0108 late-bound
+    RUNTIME.loop = asyncio.get_running_loop()
     RUNTIME.metrics = build_metrics(RUNTIME.config)
     RUNTIME.wakeups = Wakeups()
     RUNTIME.placement_lock = asyncio.Lock()
     RUNTIME.pass_slots = asyncio.Semaphore(max(1, RUNTIME.config.max_concurrent_passes))
+    RUNTIME.started = True
     log.info("tandem operator starting; namespaces=%s", ",".join(RUNTIME.config.namespaces) or "(cluster-wide)")
 
 
@@ -320,6 +333,8 @@ async def _one_pass(namespace: str, name: str, failures: int) -> tuple[float, in
     idle pools each held their last plan (controller bench C4).
     """
     assert RUNTIME.kube is not None
+    if not RUNTIME.is_leader():
+        return 2.0, failures  # standing by after a lost Lease: look again soon, act only when leading
     try:
         memory = RUNTIME.memory.setdefault((namespace, name), PoolMemory())
         async with RUNTIME.pass_slots:
@@ -371,7 +386,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--namespace", action="append", default=[], help="namespace to serve (repeatable)")
     run.add_argument("--all-namespaces", action="store_true", help="serve every namespace (not recommended)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-    run.add_argument("--liveness-port", type=int, default=8080, help="port of /healthz (0 disables)")
+    run.add_argument("--liveness-port", type=int, default=8080, help="port of /healthz and /readyz (0 disables)")
     run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
     run.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
     run.add_argument("--prometheus-url", default=os.environ.get("TANDEM_PROMETHEUS_URL", ""), help="default Prometheus")
@@ -388,6 +403,29 @@ def register(subparsers: Any) -> None:
         default=int(os.environ.get("TANDEM_MAX_CONCURRENT_PASSES", "8")),
         help="pool reconcile passes running at once (bounds memory and API load with many pools)",
     )
+    election = run.add_argument_group("leader election (one acting operator; others stand by)")
+    election.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("TANDEM_LEADER_ELECTION", "true").lower() not in ("0", "false", "no"),
+        help="act only while holding a coordination.k8s.io Lease (default on; env TANDEM_LEADER_ELECTION)",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        help="namespace of the Lease (default: $POD_NAMESPACE, else the first --namespace, else default)",
+    )
+    election.add_argument("--leader-election-id", default="tandem-operator", help="name of the Lease")
+    election.add_argument(
+        "--leader-election-identity",
+        default=os.environ.get("TANDEM_LEADER_IDENTITY") or os.environ.get("POD_NAME") or socket.gethostname(),
+        help="this process's name in the Lease (default: $TANDEM_LEADER_IDENTITY, $POD_NAME, the hostname)",
+    )
+    election.add_argument("--lease-duration", type=float, default=LEASE_DURATION_S, help="seconds a Lease is trusted")
+    election.add_argument(
+        "--renew-deadline", type=float, default=RENEW_DEADLINE_S, help="seconds a leader may fail to renew"
+    )
+    election.add_argument("--retry-period", type=float, default=RETRY_PERIOD_S, help="seconds between Lease checks")
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
     run.set_defaults(func=run_operator)
@@ -424,16 +462,78 @@ def run_operator(args: argparse.Namespace) -> int:
         scrape_interval_s=args.scrape_interval,
         max_concurrent_passes=args.max_concurrent_passes,
     )
+    try:
+        timings = LeaseTimings(args.lease_duration, args.renew_deadline, args.retry_period)
+    except ValueError as exc:
+        print(f"tandem run: {exc}", flush=True)
+        return 2
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
-    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-    kopf.run(
-        standalone=True,
-        namespaces=list(args.namespace),
-        clusterwide=bool(args.all_namespaces),
-        liveness_endpoint=liveness,
-    )
+    elector = None
+    if args.leader_election:
+        lease_ns = args.leader_election_namespace or (args.namespace[0] if args.namespace else "default")
+        store = KubeLeaseStore(load_config(RUNTIME.config.kubeconfig), lease_ns, args.leader_election_id)
+        elector = LeaderElector(store, args.leader_election_identity, timings)
+    health = _start_health(args.liveness_port, elector)
+    ELECTION.set(0 if elector else 1)
+    if elector is not None:
+        log.info("leader election: lease %s/%s as %s", store.namespace, store.name, elector.identity)
+        try:
+            if not elector.acquire():
+                return 0
+        except KeyboardInterrupt:
+            return 0
+        RUNTIME.is_leader = elector.is_leader
+        ELECTION.set(1)
+        elector.start_campaign(_led_again, _lost_leadership)
+    try:
+        kopf.run(standalone=True, namespaces=list(args.namespace), clusterwide=bool(args.all_namespaces))
+    finally:
+        if elector is not None:
+            elector.release()
+        if health is not None:
+            health.stop()
     return 0
+
+
+def _lost_leadership(why: str) -> None:
+    """No pass starts and no write leaves this process from now on (``RUNTIME.is_leader`` is already
+    False: the fence does not wait for this callback); it campaigns on and resumes if it leads again."""
+    ELECTION.set(0)
+    LEADERSHIP_LOST.inc()
+
+
+def _led_again() -> None:
+    """Leading again after a loss: every pool gets a pass now (the state may have moved meanwhile)."""
+    ELECTION.set(1)
+    loop = RUNTIME.loop
+    if loop is not None:
+        loop.call_soon_threadsafe(RUNTIME.wakeups.wake_all)
+
+
+def _start_health(port: int, elector: LeaderElector | None) -> HealthServer | None:
+    """/healthz (alive) and /readyz: the leader is ready once its reconcile loop started; a standby while
+    it reaches the API server (within the renew deadline)."""
+    if not port:
+        return None
+
+    def ready() -> bool:
+        if elector is None or elector.is_leader():
+            return RUNTIME.started
+        return time.monotonic() - elector.last_contact_at < elector.timings.renew_deadline_s
+
+    def details() -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "role": "leader" if elector is None or elector.is_leader() else "standby",
+            "lastReconcileAgeSeconds": round(time.monotonic() - RUNTIME.last_pass, 1),
+            "lastWatchEventAgeSeconds": round(time.monotonic() - RUNTIME.wakeups.last_watch_event, 1),
+        }
+        if elector is not None:
+            out["identity"] = elector.identity
+            out["holder"] = elector.seen.record.holder if elector.seen else ""
+        return out
+
+    return HealthServer(port, ready, details).start()
 
 
 # The MooncakeCache handlers live in their own module; importing it registers them with kopf.

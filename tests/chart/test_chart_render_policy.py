@@ -66,6 +66,8 @@ SERVING_CEILING: dict[tuple[str, str], set[str]] = {
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 CLUSTER_CEILING: dict[tuple[str, str], set[str]] = {("", "nodes"): {"get", "list", "watch"}}
+# Leader election, in the release namespace only (a Role there, not a ClusterRole).
+RELEASE_CEILING: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"create", "get", "update"}}
 FORBIDDEN_VERBS = {"*", "bind", "escalate", "impersonate", "deletecollection"}
 FORBIDDEN_RESOURCES = {
     "secrets",
@@ -231,13 +233,18 @@ def test_s_pod_07_requests_and_limits(values: Path) -> None:
 def test_s_pod_08_shape(values: Path) -> None:
     objects = render([values])
     deploy = one(objects, "Deployment")
-    assert deploy["spec"]["replicas"] in (0, 1)
-    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert deploy["spec"]["replicas"] in (0, 1, 2, 3)
+    assert deploy["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }, "a standby starts before the leader stops; the Lease keeps one acting"
     c = operator_container(objects)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert "readinessProbe" not in c, "documented kopf exception: no readiness probe"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     assert ports["health"] == 8080
     assert not of_kind(objects, "PodDisruptionBudget"), "a minAvailable PDB on one replica blocks drains"
     assert not of_kind(objects, "HorizontalPodAutoscaler")
@@ -261,6 +268,7 @@ def test_operator_flags() -> None:
         "--prometheus-auth-dir=/etc/tandem/prometheus",
         "--log-format=text",
         "--max-concurrent-passes=8",
+        "--leader-election-id=tandem",
     ]
     minimal = operator_container(render())
     assert minimal["args"] == [
@@ -269,6 +277,7 @@ def test_operator_flags() -> None:
         "--metrics-port=9090",
         "--log-format=json",
         "--max-concurrent-passes=8",
+        "--leader-election-id=tandem",
     ]
     assert "command" not in minimal, "the image's ENTRYPOINT is `tandem run`"
     assert not any("all-namespaces" in a or a in ("-A", "--all-namespaces") for a in args)
@@ -317,15 +326,36 @@ def test_s_rbac_within_the_ceiling(values: Path) -> None:
     cluster_bound = {b["roleRef"]["name"] for b in of_kind(objects, "ClusterRoleBinding")}
     for role, rule in rbac_rules(objects):
         ceiling = CLUSTER_CEILING if role.split("/", 1)[1] in cluster_bound else SERVING_CEILING
+        if role.startswith("Role/"):
+            ceiling = RELEASE_CEILING
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 allowed = ceiling.get((group, resource), set())
                 assert set(rule["verbs"]) <= allowed, f"{role}: {group}/{resource} {rule['verbs']} > {allowed}"
 
 
+def test_leader_election_rights_are_one_named_lease_in_the_release_namespace() -> None:
+    objects = render([FULL_VALUES])
+    role = one(objects, "Role", "tandem-leader-election")
+    assert role["metadata"]["namespace"] == "tandem-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["tandem"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(objects, "RoleBinding", "tandem-leader-election")
+    want_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == want_ref
+    assert "--leader-election-id=tandem" in operator_container(objects)["args"]
+
+
 def test_s_rbac_05_pod_rights_bound_only_in_served_namespaces() -> None:
     objects = render([FULL_VALUES])
-    bindings = of_kind(objects, "RoleBinding")
+    bindings = [b for b in of_kind(objects, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
     by_ns = {b["metadata"]["namespace"]: b["roleRef"]["name"] for b in bindings}
     assert by_ns == {
         "speed": "tandem-operator",

@@ -52,11 +52,11 @@ def test_bad_values_are_refused(bad: Path) -> None:
     assert want in err.value.output, err.value.output
 
 
-def test_more_than_one_replica_fails_even_without_the_schema() -> None:
-    """OP-05c: the template guard holds when a user skips schema validation."""
+def test_more_than_three_replicas_fail_even_without_the_schema() -> None:
+    """OP-05c: the template guard holds when a user skips schema validation (one acts, the others stand by)."""
     with pytest.raises(HelmError) as err:
-        render_text([MINIMAL_VALUES], {"replicaCount": 2}, extra_args=["--skip-schema-validation"])
-    assert "replicaCount must be 0 or 1" in err.value.output
+        render_text([MINIMAL_VALUES], {"replicaCount": 4}, extra_args=["--skip-schema-validation"])
+    assert "replicaCount must be 0 to 3" in err.value.output
 
 
 def test_image_digest_required_even_without_the_schema() -> None:

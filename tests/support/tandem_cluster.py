@@ -153,7 +153,9 @@ class OperatorProcess:
             *[f"--namespace={ns}" for ns in self.namespaces],
             *self.extra_args,
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # One leader-election identity per OperatorProcess, the same across its restarts (like a pod name):
+        # a restarted operator takes its own Lease back at once; two different ones never act together.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TANDEM_LEADER_IDENTITY": self.name, **self.env}
         mode = "ab" if self.starts else "wb"
         with self.log_path.open(mode) as log:
             log.write(f"\n=== start {self.starts} ===\n".encode())

@@ -75,8 +75,8 @@ Render-time guards the JSON schema cannot express (they also hold with --skip-sc
 Included once, from deployment.yaml.
 */}}
 {{- define "tandem.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 -}}
-{{- fail "replicaCount must be 0 or 1: kopf needs exactly one active replica (two standalone operators both write; equal-priority peers all freeze). See the chart README." -}}
+{{- if gt (int .Values.replicaCount) 3 -}}
+{{- fail "replicaCount must be 0 to 3: one replica acts and the others stand by on the Lease; more only cost memory. See the chart README." -}}
 {{- end -}}
 {{- if not .Values.watchNamespaces -}}
 {{- fail "watchNamespaces is required: list the namespaces Tandem serves (it is never cluster-wide)" -}}

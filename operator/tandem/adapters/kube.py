@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kubernetes import client, config
@@ -64,6 +64,10 @@ class Throttled(KubeError):
 
 class ServerError(KubeError):
     pass
+
+
+class NotLeader(KubeError):
+    """Raised before any request: this process lost the leader Lease (see tandem.leader_election)."""
 
 
 def _wrap(exc: ApiException) -> KubeError:
@@ -151,11 +155,18 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
 class RealKube:
     """`KubeApi` over the official client; every call in a worker thread, with a timeout."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, may_write: Callable[[], bool] | None = None) -> None:
         self.api_client = api_client
+        self.may_write = may_write
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)
+
+    def _fence(self) -> None:
+        """Refuse a write while this process does not lead (leader election): the fence that keeps a
+        demoted operator's in-flight pass from writing after another operator took over."""
+        if self.may_write is not None and not self.may_write():
+            raise NotLeader(0, "NotLeader", "this operator does not hold the leader Lease; write refused")
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
@@ -212,6 +223,7 @@ class RealKube:
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         kind = body["kind"]
         namespace = body["metadata"]["namespace"]
+        self._fence()
         WRITES[("create", kind)] += 1
         strict = {"field_validation": "Strict"}
         if kind == "Pod":
@@ -233,6 +245,7 @@ class RealKube:
         kind = body["kind"]
         name = body["metadata"]["name"]
         namespace = body["metadata"]["namespace"]
+        self._fence()
         WRITES[("apply", kind)] += 1
         kwargs = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
         if kind == "ConfigMap":
@@ -248,6 +261,7 @@ class RealKube:
         return result
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self._fence()
         WRITES[("delete", "Pod")] += 1
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
@@ -256,6 +270,7 @@ class RealKube:
             return
 
     async def delete_configmap(self, namespace: str, name: str, uid: str) -> None:
+        self._fence()
         WRITES[("delete", "ConfigMap")] += 1
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
@@ -264,6 +279,7 @@ class RealKube:
             return
 
     async def delete_service(self, namespace: str, name: str, uid: str) -> None:
+        self._fence()
         WRITES[("delete", "Service")] += 1
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
@@ -275,6 +291,7 @@ class RealKube:
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
         """Merge-patch the status subresource; with ``resource_version`` it is a precondition (409 if stale)."""
+        self._fence()
         WRITES[("patch", f"{plural}/status")] += 1
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
@@ -293,6 +310,7 @@ class RealKube:
 
     async def replace_status(self, plural: str, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         """PUT the status subresource (resourceVersion-guarded, removes fields that went away)."""
+        self._fence()
         WRITES[("update", f"{plural}/status")] += 1
         result: dict[str, Any] = await self._call(
             self.custom.replace_namespaced_custom_object_status,
@@ -311,6 +329,7 @@ class RealKube:
         A merge patch on the object itself: the operator's RBAC has `patch` on pools but, by the
         security ceiling, not on their `/scale` subresource.
         """
+        self._fence()
         WRITES[("patch", plural)] += 1
         await self._call(
             self.custom.patch_namespaced_custom_object,
@@ -325,6 +344,7 @@ class RealKube:
 
     async def patch_custom(self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch a Tandem object (annotations, spec fields): used by `tandem rollout` commands."""
+        self._fence()
         WRITES[("patch", plural)] += 1
         result: dict[str, Any] = await self._call(
             self.custom.patch_namespaced_custom_object,

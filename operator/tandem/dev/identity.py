@@ -52,6 +52,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # Leader election: the chart grants this in the release namespace only; here the test namespace
+    # is both (the operator's Lease defaults to its first --namespace when $POD_NAMESPACE is unset).
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
 ]
 
 
@@ -77,31 +80,41 @@ def ensure_cluster_roles(kube: Kubectl) -> None:
     )
 
 
-def operator_identity(kube: Kubectl, state: devcluster.ClusterState, namespace: str) -> tuple[Path, str]:
-    """(kubeconfig, username) of a ServiceAccount allowed exactly what the operator needs in ``namespace``."""
+def _suffix(serviceaccount: str) -> str:
+    return "" if serviceaccount == SERVICE_ACCOUNT else f"-{serviceaccount}"
+
+
+def operator_identity(
+    kube: Kubectl, state: devcluster.ClusterState, namespace: str, serviceaccount: str = SERVICE_ACCOUNT
+) -> tuple[Path, str]:
+    """(kubeconfig, username) of a ServiceAccount allowed exactly what the operator needs in ``namespace``.
+
+    A second ``serviceaccount`` gives a second operator its own name in the audit log (CC-03 runs two).
+    """
     ensure_cluster_roles(kube)
-    user = serviceaccount_user(namespace)
-    subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
+    user = serviceaccount_user(namespace, serviceaccount)
+    subject = {"kind": "ServiceAccount", "name": serviceaccount, "namespace": namespace}
     kube.apply(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": serviceaccount, "namespace": namespace}},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": "tandem-operator", "namespace": namespace},
+            "metadata": {"name": f"tandem-operator{_suffix(serviceaccount)}", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [subject],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"tandem-node-reader-{namespace}"},
+            "metadata": {"name": f"tandem-node-reader-{namespace}{_suffix(serviceaccount)}"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NODE_READER},
             "subjects": [subject],
         },
     )
-    path = devcluster.serviceaccount_kubeconfig(state, namespace, SERVICE_ACCOUNT)
+    path = devcluster.serviceaccount_kubeconfig(state, namespace, serviceaccount)
     return path, user
 
 
-def drop_identity(kube: Kubectl, namespace: str) -> None:
-    kube.run("delete", "clusterrolebinding", f"tandem-node-reader-{namespace}", "--ignore-not-found", check=False)
+def drop_identity(kube: Kubectl, namespace: str, serviceaccount: str = SERVICE_ACCOUNT) -> None:
+    binding = f"tandem-node-reader-{namespace}{_suffix(serviceaccount)}"
+    kube.run("delete", "clusterrolebinding", binding, "--ignore-not-found", check=False)
