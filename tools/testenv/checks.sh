@@ -18,16 +18,14 @@ _tandem_output() {  # run CMD, keep all of its output; a failing CMD fails the c
   printf '%s' "$__out"
 }
 
-_tandem_match() {  # MODE PATTERN TEXT
-  local mode=$1 pat=$2 text=$3 line
-  while IFS= read -r line || [ -n "$line" ]; do
-    case "$mode" in
-      has) [[ $line == *"$pat"* ]] && return 0 ;;
-      line) [[ $line == "$pat" ]] && return 0 ;;
-      prefix) [[ $line == "$pat"* ]] && return 0 ;;
-    esac
-  done <<<"$text"
-  return 1
+_tandem_match() {  # MODE PATTERN TEXT: one bash pattern match over the whole text (no loop, no pipe)
+  local mode=$1 pat=$2 text=$'\n'$3$'\n'
+  case "$mode" in
+    has) [[ $text == *"$pat"* ]] ;;
+    line) [[ $text == *$'\n'"$pat"$'\n'* ]] ;;
+    prefix) [[ $text == *$'\n'"$pat"* ]] ;;
+    *) return 2 ;;
+  esac
 }
 
 output_has() { local p=$1 o; shift; o=$(_tandem_output "$@") || return 1; _tandem_match has "$p" "$o" || { printf 'check: no line of `%s` contains %q\n' "$*" "$p" >&2; return 1; }; }
