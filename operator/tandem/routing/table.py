@@ -177,7 +177,8 @@ class Pair(_Wire):
     """Decode instances of the pair."""
     draining_since: Annotated[str, Field(max_length=40)] | None = None
     """RFC 3339 time the pair was marked draining (set only in state draining). The operator deletes the
-    pair once its streams end or ``drainTimeout`` passes; keeping the time here lets a restarted operator
+    pair when ``drainTimeout`` has passed since this time: it is a timer, because nothing reports a pair's
+    open streams to the operator yet (routers will). Keeping the time here lets a restarted operator
     resume the same drain instead of starting a new one."""
 
 
