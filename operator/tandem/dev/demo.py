@@ -46,6 +46,8 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 NAMESPACE = "fleet"
 CLUSTER = "demo"
+CI_CLUSTER = "demo-ci"
+"""`tandem demo --ci` (the suite's run) never touches a demo cluster a person left up."""
 IMAGE = "docker.io/vllm/vllm-openai-rocm:{tag}@sha256:{digest}"
 T = TypeVar("T")
 # Live mode: the Mooncake conversation trace through the pools' routing tables. capacity_scale 8 makes a
@@ -308,19 +310,34 @@ def register(subparsers: Any) -> None:
     demo.add_argument("--nodes", type=int, default=14, help="simulated MI325X nodes")
     demo.add_argument("--down", action="store_true", help="tear the demo cluster down and exit")
     demo.add_argument("--fresh", action="store_true", help="start from a new cluster even if one is up")
+    demo.add_argument(
+        "--ci",
+        action="store_true",
+        help="the test suite's run: its own cluster (demo-ci), started fresh, torn down at the end; exit 1 "
+        "if any part of the story did not happen",
+    )
     demo.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    name = CI_CLUSTER if args.ci else CLUSTER
     if args.down:
-        devcluster.down(CLUSTER, progress=say)
+        devcluster.down(name, progress=say)
         say("demo cluster removed")
         return 0
-    if args.fresh:
-        devcluster.down(CLUSTER, progress=say)
+    if args.fresh or args.ci:
+        devcluster.down(name, progress=say)
+    try:
+        return _run_demo(args, name)
+    finally:
+        if args.ci:
+            devcluster.down(name, progress=say)
+
+
+def _run_demo(args: argparse.Namespace, name: str) -> int:
     say("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK) + Prometheus")
     state = devcluster.up(
-        devcluster.ClusterOptions(name=CLUSTER, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0),
+        devcluster.ClusterOptions(name=name, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0),
         progress=say,
     )
     kube = state.kube()
@@ -376,11 +393,11 @@ def run_demo(args: argparse.Namespace) -> int:
         operator.terminate()
         operator.wait(timeout=30)
         exporter.stop()
-    summary(demo, result, state)
+    summary(demo, result, state, teardown=args.ci)
     return code
 
 
-def summary(demo: Demo, result: dict[str, Any], state: devcluster.ClusterState) -> None:
+def summary(demo: Demo, result: dict[str, Any], state: devcluster.ClusterState, teardown: bool = False) -> None:
     print()
     say("summary")
     for at, what in demo.timeline:
@@ -391,6 +408,8 @@ def summary(demo: Demo, result: dict[str, Any], state: devcluster.ClusterState) 
             numbers = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("version", "revision", "updatedAt"))
             print(f"  scorecard {row['version']}: {numbers}")
     print()
+    if teardown:
+        return
     print("Look around (the cluster stays up; the operator and the metrics exporter have stopped):")
     print(f"  export KUBECONFIG={state.kubeconfig}")
     print(f"  alias kubectl={state.kubectl}")
