@@ -112,6 +112,8 @@ class EngineDouble:
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     requests: list[Recorded] = field(default_factory=list)
     running: int = 0
+    aborted: int = 0
+    """Requests whose client closed the connection while the double stalled (a router abort)."""
     _runners: list[web.AppRunner] = field(default_factory=list)
 
     @property
@@ -189,8 +191,9 @@ class EngineDouble:
             return _error(400, "body must be an object")
         self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
         b = self.behaviour
-        if b.stall_s:
-            await asyncio.sleep(b.stall_s)
+        if b.stall_s and await self._stall(request, b.stall_s):
+            self.aborted += 1
+            return web.Response(status=499)
         if b.status is not None:
             return _error(b.status, f"{self.name} answers {b.status} (scripted)")
         stream = bool(body.get("stream", False))
@@ -220,6 +223,16 @@ class EngineDouble:
             return web.json_response(self._whole(tokens, chat, request_id, out_params, body))
         finally:
             self.running -= 1
+
+    async def _stall(self, request: web.Request, seconds: float) -> bool:
+        """Wait ``seconds``; True as soon as the client has closed the connection (vLLM aborts then)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return True
+            await asyncio.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        return False
 
     def _prefill_params(self, kv: Mapping[str, Any], request_id: str) -> dict[str, Any] | None:
         if "transfer_id" in kv:  # MooncakeConnector: nothing to hand over in the body
