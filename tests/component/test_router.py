@@ -352,6 +352,15 @@ async def test_router_all_full_answers_reject_status_with_retry_after(lab: Lab, 
     assert sum(len(d.requests) for d in lab.prefill.values()) == 2  # each pair tried once
 
 
+async def test_router_pool_without_serving_pair_answers_503(lab: Lab, client: aiohttp.ClientSession) -> None:
+    pairs = await lab.pairs(2, state=PairState.DRAINING)
+    await lab.start(make_table(pairs))
+    async with client.post(lab.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}) as resp:
+        assert resp.status == 503
+        assert (await resp.json())["error"]["code"] == "no_serving_pair"
+    assert lab.all_requests() == 0
+
+
 async def test_router_own_admission_rejects_without_calling_the_engine(lab: Lab, client: aiohttp.ClientSession) -> None:
     pairs = await lab.pairs(1)
     await lab.start(make_table(pairs, admission=Admission(max_in_flight=1, max_queued=1)))

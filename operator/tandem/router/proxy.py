@@ -200,10 +200,13 @@ class Router:
                 self.metrics.requests.labels(pool, "", "", OUTCOME_REJECTED).inc()
                 status = decision.status or 503
                 log.info("request %s rejected by %s after %d pair(s)", state.request_id, pool, decision.walk_length)
+                no_pair = decision.walk_length == 0  # no serving pair at all: an outage, not overload
                 return errors.error_response(
-                    f"every candidate pair of pool {pool} is full; retry later",
+                    f"pool {pool} has no serving pair"
+                    if no_pair
+                    else f"every pair of pool {pool} tried is full; retry later",
                     status=status,
-                    code=errors.CODE_ALL_FULL,
+                    code=errors.CODE_NO_PAIR if no_pair else errors.CODE_ALL_FULL,
                     headers={"Retry-After": str(self.config.retry_after_s), legs.HEADER_REQUEST_ID: state.request_id},
                 )
             pair = decision.pair
