@@ -131,7 +131,7 @@ class Router:
 
     async def _open(self, _: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=30, enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        self._session = aiohttp.ClientSession(connector=connector)
 
     async def _close(self, _: web.Application) -> None:
         if self._session is not None:
@@ -242,7 +242,7 @@ class Router:
         headers = {legs.HEADER_REQUEST_ID: state.request_id, "Content-Type": "application/json"}
         if "authorization" in request.headers:
             headers["Authorization"] = request.headers["authorization"]
-        with self.loads.hold_instance(prefill_addr), self.loads.hold_instance(decode_addr):
+        with self.loads.hold_instance(decode_addr):  # the prefill instance is held by its leg only
             if transfer.connector == legs.MOONCAKE:
                 return await self._mooncake(request, pair, prefill_addr, decode_addr, headers, state)
             return await self._nixl(request, prefill_addr, decode_addr, headers, state)
@@ -332,20 +332,23 @@ class Router:
         timeout = aiohttp.ClientTimeout(total=self.config.prefill_timeout_s, connect=self.config.connect_timeout_s)
         t0 = time.perf_counter()
         try:
-            async with self.session.post(url, data=json.dumps(body).encode(), headers=headers, timeout=timeout) as resp:
-                if resp.status in _WALK_STATUSES:
-                    return _Walk(_WALK_STATUSES[resp.status])
-                payload = await resp.read()
-                if resp.status != 200:
-                    if 400 <= resp.status < 500:
-                        return self._relay_error(state, resp.status, payload)
-                    return self._finish_error(
-                        state,
-                        OUTCOME_PREFILL_ERROR,
-                        f"prefill leg answered {resp.status}",
-                        502,
-                        errors.CODE_PREFILL_FAILED,
-                    )
+            with self.loads.hold_instance(address):
+                async with self.session.post(
+                    url, data=json.dumps(body).encode(), headers=headers, timeout=timeout
+                ) as resp:
+                    if resp.status in _WALK_STATUSES:
+                        return _Walk(_WALK_STATUSES[resp.status])
+                    payload = await resp.read()
+                    if resp.status != 200:
+                        if 400 <= resp.status < 500:
+                            return self._relay_error(state, resp.status, payload)
+                        return self._finish_error(
+                            state,
+                            OUTCOME_PREFILL_ERROR,
+                            f"prefill leg answered {resp.status}",
+                            502,
+                            errors.CODE_PREFILL_FAILED,
+                        )
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
             return _Walk(REASON_PREFILL_CONNECT)
         except TimeoutError:
