@@ -23,8 +23,11 @@ from tandem.router.tables import REASON_UNREADABLE, FileSource
 from tandem.routing import (
     Admission,
     Endpoint,
+    ImagesMatch,
     KvTransfer,
+    Match,
     Pair,
+    PairLoad,
     PairState,
     Revisions,
     RoutingTable,
@@ -478,3 +481,47 @@ def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
             if sample.name == name:
                 out[tuple(sorted(sample.labels.items()))] = sample.value
     return out
+
+
+async def test_router_concurrent_streams_respect_admission_and_release_counts(
+    lab: Lab, client: aiohttp.ClientSession
+) -> None:
+    pairs = await lab.pairs(2)
+    table = make_table(pairs, admission=Admission(max_in_flight=2, max_queued=2))
+    router = await lab.start(table)
+    for double in lab.decode.values():
+        double.behaviour = Behaviour(tokens_per_s=100)
+
+    async def one(i: int) -> int:
+        body = {"prompt": f"concurrent {i}", "max_tokens": 5, "stream": True}
+        async with client.post(lab.url + "/v1/completions", json=body) as resp:
+            await resp.read()
+            return resp.status
+
+    statuses = await asyncio.gather(*(one(i) for i in range(12)))
+    assert set(statuses) <= {200, 429}
+    assert statuses.count(200) >= 4  # two pairs x two slots were free at the start
+    assert max(d.max_running for d in lab.decode.values()) <= 2
+    assert router.router.loads.for_table(table) == {p.id: PairLoad() for p in pairs}
+    assert sum(len(d.requests) for d in lab.decode.values()) == statuses.count(200)
+
+
+async def test_router_classifies_between_pools_from_two_table_files(lab: Lab, client: aiohttp.ClientSession) -> None:
+    text_pair, image_pair = await lab.pairs(2)
+    speed = make_table([text_pair], match=Match(images=ImagesMatch.FORBIDDEN))
+    images = make_table(
+        [image_pair.model_copy(update={"id": "images-p0", "index": 0})],
+        pool="images",
+        traffic_class="images",
+        match=Match(images=ImagesMatch.REQUIRED),
+    )
+    (lab.tmp / "speed.json").write_text(speed.to_json())
+    (lab.tmp / "images.json").write_text(images.to_json())
+    lab.router = await start_router([FileSource([lab.tmp / "speed.json", lab.tmp / "images.json"])])
+    with_image = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+    for content, want in [("plain text", "speed-p0"), (with_image, "images-p0")]:
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1}
+        async with client.post(lab.url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers[HEADER_PAIR] == want
+    assert [len(lab.decode["speed-p0"].requests), len(lab.decode["speed-p1"].requests)] == [1, 1]

@@ -112,6 +112,8 @@ class EngineDouble:
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     requests: list[Recorded] = field(default_factory=list)
     running: int = 0
+    max_running: int = 0
+    """Most completions this double served at once (tests check admission bounds with it)."""
     aborted: int = 0
     """Requests whose client closed the connection while the double stalled (a router abort)."""
     _runners: list[web.AppRunner] = field(default_factory=list)
@@ -217,6 +219,7 @@ class EngineDouble:
         chat = request.path.endswith("/chat/completions")
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.running += 1
+        self.max_running = max(self.max_running, self.running)
         try:
             if stream:
                 return await self._stream(request, tokens, chat, request_id, out_params)
