@@ -66,7 +66,10 @@ class Lab:
             i = len(self.prefill)
             pid = f"speed-p{i}"
             mooncake = kv is not None and kv.connector == "MooncakeConnector"
-            p = await EngineDouble(name=f"{pid}-prefill", bootstrap_port=0 if mooncake else None).start()
+            dp = kv.data_parallel_size if kv is not None else 1
+            p = await EngineDouble(
+                name=f"{pid}-prefill", bootstrap_port=0 if mooncake else None, data_parallel_size=dp
+            ).start()
             d = await EngineDouble(name=f"{pid}-decode").start()
             self.prefill[pid], self.decode[pid] = p, d
             if mooncake and kv is not None:
@@ -237,6 +240,20 @@ async def test_router_mooncake_legs_share_transfer_id_and_cache_query(lab: Lab, 
             "remote_engine_id": p.engine_id,
         }
     assert p.requests[0].kv_transfer_params["transfer_id"] != p.requests[1].kv_transfer_params["transfer_id"]
+
+
+async def test_router_mooncake_data_parallel_ranks_rotate(lab: Lab, client: aiohttp.ClientSession) -> None:
+    pairs = await lab.pairs(1, kv=KvTransfer(connector="MooncakeConnector", data_parallel_size=2))
+    await lab.start(make_table(pairs))
+    for i in range(2):
+        async with client.post(lab.url + "/v1/completions", json={"prompt": f"dp{i}", "max_tokens": 1}) as resp:
+            assert resp.status == 200
+    p, d = lab.prefill["speed-p0"], lab.decode["speed-p0"]
+    ranks = [int(r.headers["x-data-parallel-rank"]) for r in p.requests]
+    assert sorted(ranks) == [0, 1]
+    for rank, decode in zip(ranks, d.requests, strict=True):
+        assert decode.kv_transfer_params["remote_dp_rank"] == rank
+        assert decode.kv_transfer_params["remote_engine_id"] == (f"{p.engine_id}-dp1" if rank else p.engine_id)
 
 
 async def test_router_mooncake_aborts_decode_when_prefill_fails(lab: Lab, client: aiohttp.ClientSession) -> None:
