@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tandem.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
 from tandem.router.proxy import HEADER_PAIR, RouterConfig
 from tandem.router.server import RunningRouter, start_router
-from tandem.router.tables import REASON_UNREADABLE, FileSource
+from tandem.router.tables import REASON_UNREADABLE, FileSource, TableStore
 from tandem.routing import (
     Admission,
     Endpoint,
@@ -542,3 +542,26 @@ async def test_router_classifies_between_pools_from_two_table_files(lab: Lab, cl
             assert resp.status == 200
             assert resp.headers[HEADER_PAIR] == want
     assert [len(lab.decode["speed-p0"].requests), len(lab.decode["speed-p1"].requests)] == [1, 1]
+
+
+def test_file_source_reloads_on_content_change_only(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    first = make_table([])
+    path.write_text(first.to_json())
+    store = TableStore()
+    offers: list[str | None] = []
+    store.listeners.append(lambda _source, reason, _live: offers.append(reason))
+    source = FileSource([path])
+    source.load_once(store)
+    _bump_mtime(path)  # touched, same content: no offer
+    source.poll(store)
+    assert offers == [None]
+    path.write_text(first.to_json(indent=None))  # other bytes, same table: offered, no swap
+    _bump_mtime(path)
+    before = store.snapshot
+    source.poll(store)
+    assert offers == [None, None] and store.snapshot is before
+    path.write_text(make_table([], priority=5).to_json())
+    _bump_mtime(path)
+    source.poll(store)
+    assert store.snapshot is not before and store.snapshot[0].table.priority == 5

@@ -187,10 +187,9 @@ class HealthListener:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        for address in self._runner.addresses:
+            self.port = int(address[1])
+            break
 
     def start(self) -> None:
         self._thread.start()

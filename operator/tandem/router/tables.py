@@ -177,13 +177,14 @@ class TableSource(Protocol):
         """Keep offering changes until cancelled."""
 
 
-def _fingerprint_file(path: Path) -> tuple[int, int, str] | None:
+def _read_file(path: Path) -> tuple[tuple[int, int, str], bytes] | None:
+    """((mtime, size, sha256), content) of ``path``, or None if it cannot be read."""
     try:
         stat = path.stat()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        content = path.read_bytes()
     except OSError:
         return None
-    return (stat.st_mtime_ns, stat.st_size, digest)
+    return (stat.st_mtime_ns, stat.st_size, hashlib.sha256(content).hexdigest()), content
 
 
 class FileSource:
@@ -209,13 +210,14 @@ class FileSource:
         previous = self._seen.get(path)
         if not force and previous is not None and previous[:2] == (stat.st_mtime_ns, stat.st_size):
             return
-        seen = _fingerprint_file(path)
-        if seen is None:
+        read = _read_file(path)
+        if read is None:
             store.fail(str(path), REASON_UNREADABLE, "file vanished while reading")
             return
+        seen, content = read
         self._seen[path] = seen
         if force or previous is None or previous[2] != seen[2]:
-            store.offer(str(path), path.read_bytes())
+            store.offer(str(path), content)
 
     def load_once(self, store: TableStore) -> None:
         for path in self.paths:
