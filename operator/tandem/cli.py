@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tandem.dev.demo", ("demo",)),
     ("tandem.sim.bench", ("bench",)),  # bench fleet
     ("tandem.dev.benchctl", ("bench",)),  # bench controller
+    ("tandem.router.cli", ("router",)),
 )
 
 

@@ -86,6 +86,7 @@ from tandem.routing.table import (
     HashSpec,
     HeaderMatch,
     ImagesMatch,
+    KvTransfer,
     Match,
     Pair,
     PairState,
@@ -663,6 +664,13 @@ def build_table(
     pairs: list[Pair] = []
     for index, rev, state, pods, since, _complete in rows:
         shape = _shape(snapshot, rev, pods)
+        rev_spec = _revision(snapshot, rev)
+        known = previous.get(index)
+        kv_transfer = (
+            KvTransfer(connector=rev_spec.stack.kv_transfer.connector)
+            if rev_spec is not None
+            else (known.kv_transfer if known is not None and known.revision == rev else None)
+        )
         drain_text = None
         if since is not None:
             old = previous.get(index)
@@ -676,6 +684,10 @@ def build_table(
                 prefill=_endpoints(pool, index, pods, "prefill", shape[0]),
                 decode=_endpoints(pool, index, pods, "decode", shape[1]),
                 draining_since=drain_text,
+                # The legs the router drives follow the revision's connector (the bootstrap port is the
+                # contract default, which is the port the pod builder opens); a revision whose spec is
+                # not at hand keeps what was published for the pair.
+                kv_transfer=kv_transfer,
             )
         )
     canary = decision.canary
@@ -724,10 +736,12 @@ def build_table(
             canary_weight_percent=percent if canary is not None else None,
         ),
         pairs=tuple(pairs),
+        served_model_name=spec.model.served_name,
     )
 
 
-def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple[int, int]:
+def _revision(snapshot: Snapshot, rev: str) -> RevisionSpec | None:
+    """The spec of revision ``rev``: its snapshot, or the pool's current spec when that is ``rev``."""
     spec = snapshot.revisions.get(rev)
     if spec is None:
         from tandem.api.revision import revision_spec as _rs  # noqa: PLC0415
@@ -735,6 +749,11 @@ def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple
         current = _rs(snapshot.pool.spec, snapshot.cache)
         if revision_id(current) == rev:
             spec = current
+    return spec
+
+
+def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple[int, int]:
+    spec = _revision(snapshot, rev)
     if spec is not None:
         return spec.prefill.instances, spec.decode.instances
     prefill = (

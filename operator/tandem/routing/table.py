@@ -19,6 +19,9 @@ Invariants (checked on construction, so a bad table never reaches a router):
   fingerprint stable.
 - ``maxPromptTokens >= minPromptTokens``; ``canaryWeightPercent`` is set exactly when ``canary`` is.
 - serialisation is canonical: sorted keys, so equal tables give equal bytes and equal fingerprints.
+- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``) are optional and
+  left out of the JSON while unset: a table published before them parses, and keeps its bytes and its
+  fingerprint; a router that does not know them still reads tables that do not use them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ DEFAULT_PREFIX_CHARS = 1000
 DEFAULT_LOAD_BOUND_PERCENT = 125
 DEFAULT_MAX_WALK = 4
 DEFAULT_PAIR_WEIGHT = 100
+Connector = Literal["NixlConnector", "MooncakeConnector", "MoRIIOConnector"]
+DEFAULT_CONNECTOR: Final[Connector] = "NixlConnector"
+DEFAULT_MOONCAKE_BOOTSTRAP_PORT = 8998
 
 # "host:port" with a DNS name or IPv4 host, or "[v6]:port".
 _ADDRESS_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[0-9]{1,5}$"
@@ -149,6 +155,26 @@ class Revisions(_Wire):
         return self
 
 
+def _unset(value: object) -> bool:
+    """Exclusion rule of the optional v1 additions: an unset field is not written at all."""
+    return value is None
+
+
+class KvTransfer(_Wire):
+    """How the router drives the prefill and decode legs of a pair (the vLLM KV connector's protocol).
+
+    Pair-level, not pool-level: the connector belongs to the stack, a stack change is a new revision, and
+    pairs never mix revisions, so during a rollout the stable and canary pairs may speak different protocols.
+    """
+
+    connector: Connector = DEFAULT_CONNECTOR
+    """vLLM KV connector of the pair's instances (vLLM 0.33 names); it decides the request legs."""
+    bootstrap_port: Annotated[int, Field(ge=1, le=65535)] = DEFAULT_MOONCAKE_BOOTSTRAP_PORT
+    """MooncakeConnector: port of the prefill's bootstrap server (`VLLM_MOONCAKE_BOOTSTRAP_PORT`)."""
+    data_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Data-parallel ranks per prefill instance; above 1 the router picks a rank (`X-data-parallel-rank`)."""
+
+
 class Endpoint(_Wire):
     """One engine instance of a pair."""
 
@@ -156,6 +182,9 @@ class Endpoint(_Wire):
     """Pod name of the instance."""
     address: Annotated[str, Field(pattern=_ADDRESS_PATTERN)] | None = None
     """Address the router sends to, as host:port; null until the pod has an address."""
+
+
+_DEFAULT_KV_TRANSFER = KvTransfer()
 
 
 class Pair(_Wire):
@@ -180,6 +209,14 @@ class Pair(_Wire):
     pair when ``drainTimeout`` has passed since this time: it is a timer, because nothing reports a pair's
     open streams to the operator yet (routers will). Keeping the time here lets a restarted operator
     resume the same drain instead of starting a new one."""
+    kv_transfer: KvTransfer | None = Field(default=None, exclude_if=_unset)
+    """KV-transfer protocol of the pair; unset (tables published before this field) means NixlConnector
+    with the defaults of :class:`KvTransfer`."""
+
+    @property
+    def transfer(self) -> KvTransfer:
+        """The pair's KV-transfer settings, defaults filled in."""
+        return self.kv_transfer if self.kv_transfer is not None else _DEFAULT_KV_TRANSFER
 
 
 class RoutingTable(_Wire):
@@ -205,6 +242,9 @@ class RoutingTable(_Wire):
     """Stable and canary revisions."""
     pairs: tuple[Pair, ...] = ()
     """Pairs in stable ring order (ascending index)."""
+    served_model_name: Annotated[str, Field(min_length=1)] | None = Field(default=None, exclude_if=_unset)
+    """Model name clients ask for (vLLM `--served-model-name`); unset (tables published before this field)
+    means the pool takes any model name."""
 
     @model_validator(mode="after")
     def _pairs_unique(self) -> Self:

@@ -1,0 +1,71 @@
+"""``tandem router``: run the data plane with routing tables from files.
+
+``--routing-table FILE`` (repeatable) names files that hold a table as the operator publishes it (the
+``routing.json`` value, or the ConfigMap as ``kubectl get -o yaml`` prints it); they are re-read when they
+change. Requests on ``--host:--port``; ``/health``, ``/ready`` and ``/metrics`` on ``--metrics-port``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from tandem.router.proxy import RouterConfig
+from tandem.router.server import start_router
+from tandem.router.tables import DEFAULT_POLL_INTERVAL_S, FileSource
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "router",
+        help="serve OpenAI requests through the pools' prefill/decode pairs (the data plane)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--routing-table", action="append", required=True, metavar="FILE", help="routing table file (repeatable)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="request listener address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="request listener port (default 8000)")
+    parser.add_argument("--metrics-host", default="127.0.0.1", help="health/metrics listener address")
+    parser.add_argument("--metrics-port", type=int, default=9090, help="health/metrics listener port (default 9090)")
+    parser.add_argument(
+        "--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL_S, help="seconds between file checks"
+    )
+    parser.add_argument(
+        "--prefill-timeout", type=float, default=RouterConfig.prefill_timeout_s, help="prefill leg timeout (s)"
+    )
+    parser.add_argument(
+        "--connect-timeout", type=float, default=RouterConfig.connect_timeout_s, help="connect timeout (s)"
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config = RouterConfig(prefill_timeout_s=args.prefill_timeout, connect_timeout_s=args.connect_timeout)
+    running = await start_router(
+        [FileSource(args.routing_table, args.poll_interval)],
+        host=args.host,
+        port=args.port,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        config=config,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_serve(args))

@@ -1,0 +1,506 @@
+"""The request path: decide with :mod:`tandem.routing`, walk on fast rejects, drive the legs, relay.
+
+Steps per request (the code follows them):
+
+1. Parse the body (:mod:`.request`); keep the tables serving its ``model`` (tables without a served model
+   name take any); :func:`tandem.routing.classify` picks the pool; :func:`tandem.routing.routing_key` keys it.
+2. :func:`tandem.routing.select_for_table` walks the candidates with this replica's in-flight counts
+   (:mod:`.admission`). Pairs full by the table's admission limits are skipped by the algorithm itself.
+3. The prefill leg runs on the chosen pair. A prefill that answers 429 or 503, cannot be connected to,
+   or times out makes the pair count as full for this request (its load is set to ``maxInFlight``) and
+   step 2 runs again: the next candidate in the same walk order, within the same ``maxWalk``. Any other
+   prefill failure is the client's error (4xx relayed) or a 502; no walk.
+4. The decode leg runs on the same pair and is relayed to the client. Nothing is retried once the decode
+   leg has started: the first decode byte may already be with the client, and the KV sits on this pair.
+5. Every tried pair full: the table's ``rejectStatus`` with ``Retry-After``.
+
+MooncakeConnector sends the decode leg concurrently with the prefill (the decode waits for the KV on the
+engine side) and aborts it, by closing its connection, when the prefill fails; otherwise vLLM would hold
+the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s). Its bytes reach the client only after the
+prefill succeeded, so the walk rule above holds for both connectors.
+
+Must not: re-implement any routing decision, or retry after a decode leg started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tandem.router import errors, legs
+from tandem.router.admission import Loads
+from tandem.router.metrics import (
+    LEG_DECODE,
+    LEG_PREFILL,
+    OUTCOME_BAD_REQUEST,
+    OUTCOME_CLIENT_GONE,
+    OUTCOME_DECODE_ERROR,
+    OUTCOME_NO_POOL,
+    OUTCOME_OK,
+    OUTCOME_PREFILL_ERROR,
+    OUTCOME_REJECTED,
+    OUTCOME_STREAM_BROKEN,
+    REASON_NO_ADDRESS,
+    REASON_PREFILL_429,
+    REASON_PREFILL_503,
+    REASON_PREFILL_CONNECT,
+    REASON_PREFILL_TIMEOUT,
+    RouterMetrics,
+)
+from tandem.router.request import KIND_CHAT, KIND_COMPLETION, BadRequest, ClientRequest, parse_request
+from tandem.router.tables import TableStore
+from tandem.routing import Outcome, Pair, PairLoad, RoutingTable, classify, routing_key, select_for_table
+
+log = logging.getLogger(__name__)
+
+HEADER_PAIR = "X-Tandem-Pair"
+PATHS = {KIND_COMPLETION: "/v1/completions", KIND_CHAT: "/v1/chat/completions"}
+_WALK_STATUSES = {429: REASON_PREFILL_429, 503: REASON_PREFILL_503}
+_PASS_THROUGH = ("x-request-id", "authorization")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Timeouts and reject hints. Every wait is bounded."""
+
+    connect_timeout_s: float = 2.0
+    prefill_timeout_s: float = 60.0
+    """Whole prefill leg (a prefill computes one token, so this bounds a stalled engine)."""
+    decode_idle_timeout_s: float = 60.0
+    """Longest gap between two decode reads (a stalled stream fails after this)."""
+    retry_after_s: int = 1
+    bootstrap_cache_s: float = 60.0
+    """How long a prefill's Mooncake ``/query`` answer is reused."""
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """The prefill leg said "full" (or could not be reached): try the next candidate."""
+
+    reason: str
+
+
+class _Request:
+    """One client request as it moves through the walk (labels, ids, timings)."""
+
+    def __init__(self, creq: ClientRequest, request_id: str, started: float) -> None:
+        self.creq = creq
+        self.request_id = request_id
+        self.started = started
+        self.labels: tuple[str, str, str] = ("", "", "")
+
+
+class Router:
+    """The aiohttp application of the data plane. One per process; stateless apart from in-flight counts."""
+
+    def __init__(
+        self,
+        store: TableStore,
+        metrics: RouterMetrics,
+        config: RouterConfig | None = None,
+        loads: Loads | None = None,
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.config = config or RouterConfig()
+        self.loads = loads or Loads()
+        self._session: aiohttp.ClientSession | None = None
+        self._bootstrap: dict[str, tuple[float, Any]] = {}
+        self._dp_counter = itertools.count()
+
+    # --- application ---------------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post(PATHS[KIND_COMPLETION], self._completions)
+        app.router.add_post(PATHS[KIND_CHAT], self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=30, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=connector)
+
+    async def _close(self, _: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("router application not started")
+        return self._session
+
+    async def _models(self, _: web.Request) -> web.Response:
+        names = sorted({t.table.served_model_name for t in self.store.snapshot if t.table.served_model_name})
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "tandem"} for name in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, KIND_COMPLETION)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, KIND_CHAT)
+
+    # --- step 1: parse and classify --------------------------------------------------------------
+
+    async def handle(self, request: web.Request, kind: str) -> web.StreamResponse:
+        started = time.perf_counter()
+        request_id = request.headers.get(legs.HEADER_REQUEST_ID) or f"tandem-{uuid.uuid4().hex}"
+        try:
+            creq = parse_request(kind, json.loads(await request.read()))
+        except (BadRequest, ValueError) as exc:
+            self.metrics.requests.labels("", "", "", OUTCOME_BAD_REQUEST).inc()
+            return errors.error_response(f"invalid request: {exc}", status=400)
+        snapshot = self.store.snapshot
+        if not snapshot:
+            self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
+            return errors.error_response("no routing table is loaded", status=503, code=errors.CODE_NO_TABLE)
+        tables = [t.table for t in snapshot if _serves(t.table, creq.model)]
+        if not tables:
+            self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
+            return errors.error_response(
+                f"model {creq.model!r} is not served here", status=404, code=errors.CODE_MODEL_NOT_FOUND
+            )
+        table = classify(creq.features(request.headers), tables)
+        if table is None:
+            self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
+            return errors.error_response("no pool takes this request", status=400, code=errors.CODE_NO_POOL)
+        key = routing_key(creq.routing_text, table.hash.prefix_chars)
+        state = _Request(creq, request_id, started)
+        return await self._walk(request, table, key, state)
+
+    # --- steps 2, 3 and 5: the walk ----------------------------------------------------------------
+
+    async def _walk(self, request: web.Request, table: RoutingTable, key: int, state: _Request) -> web.StreamResponse:
+        pool = f"{table.namespace}/{table.pool}"
+        full = PairLoad(in_flight=table.admission.max_in_flight)
+        overrides: dict[str, PairLoad] = {}
+        counted: set[str] = set()
+        while True:
+            decision = select_for_table(table, key, self.loads.for_table(table, overrides))
+            for skip in decision.skips:
+                if skip.pair_id not in counted:
+                    counted.add(skip.pair_id)
+                    self.metrics.rejects.labels(pool, skip.pair_id, str(skip.reason)).inc()
+            if decision.outcome is Outcome.REJECTED or decision.pair is None:
+                self.metrics.walk.labels(pool).observe(decision.walk_length)
+                self.metrics.requests.labels(pool, "", "", OUTCOME_REJECTED).inc()
+                status = decision.status or 503
+                log.info("request %s rejected by %s after %d pair(s)", state.request_id, pool, decision.walk_length)
+                no_pair = decision.walk_length == 0  # no serving pair at all: an outage, not overload
+                return errors.error_response(
+                    f"pool {pool} has no serving pair"
+                    if no_pair
+                    else f"every pair of pool {pool} tried is full; retry later",
+                    status=status,
+                    code=errors.CODE_NO_PAIR if no_pair else errors.CODE_ALL_FULL,
+                    headers={"Retry-After": str(self.config.retry_after_s), legs.HEADER_REQUEST_ID: state.request_id},
+                )
+            pair = decision.pair
+            state.labels = (pool, pair.id, pair.revision)
+            with self.loads.hold_pair(table, pair.id):
+                gauge = self.metrics.in_flight.labels(pool, pair.id)
+                gauge.inc()
+                try:
+                    result = await self._serve_pair(request, pair, state)
+                finally:
+                    gauge.dec()
+            if isinstance(result, _Walk):
+                log.info("request %s: pair %s %s; walking on", state.request_id, pair.id, result.reason)
+                overrides[pair.id] = full
+                counted.add(pair.id)
+                self.metrics.rejects.labels(pool, pair.id, result.reason).inc()
+                continue
+            self.metrics.walk.labels(pool).observe(decision.walk_length)
+            return result
+
+    # --- steps 3 and 4: the legs of one pair ---------------------------------------------------------
+
+    async def _serve_pair(self, request: web.Request, pair: Pair, state: _Request) -> web.StreamResponse | _Walk:
+        prefill_addr = self.loads.pick(pair.prefill)
+        decode_addr = self.loads.pick(pair.decode)
+        if prefill_addr is None or decode_addr is None:
+            return _Walk(REASON_NO_ADDRESS)
+        transfer = pair.transfer
+        if transfer.connector not in legs.SUPPORTED_CONNECTORS:
+            return self._finish_error(
+                state, OUTCOME_PREFILL_ERROR, f"connector {transfer.connector} is not supported", 501
+            )
+        headers = {legs.HEADER_REQUEST_ID: state.request_id, "Content-Type": "application/json"}
+        if "authorization" in request.headers:
+            headers["Authorization"] = request.headers["authorization"]
+        with self.loads.hold_instance(decode_addr):  # the prefill instance is held by its leg only
+            if transfer.connector == legs.MOONCAKE:
+                return await self._mooncake(request, pair, prefill_addr, decode_addr, headers, state)
+            return await self._nixl(request, prefill_addr, decode_addr, headers, state)
+
+    async def _nixl(
+        self, request: web.Request, prefill_addr: str, decode_addr: str, headers: dict[str, str], state: _Request
+    ) -> web.StreamResponse | _Walk:
+        body = legs.build_prefill_body(state.creq.body, legs.nixl_prefill_params())
+        outcome = await self._prefill(prefill_addr, body, headers, state)
+        if not isinstance(outcome, dict):
+            return outcome
+        try:
+            kv = legs.nixl_decode_params(outcome)
+        except legs.LegProtocolError as exc:
+            return self._finish_error(state, OUTCOME_PREFILL_ERROR, str(exc), 502, errors.CODE_PREFILL_FAILED)
+        decode_body = legs.build_decode_body(state.creq.body, kv)
+        try:
+            response = await self._open_decode(decode_addr, decode_body, headers)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._finish_error(
+                state, OUTCOME_DECODE_ERROR, f"decode leg failed: {_describe(exc)}", 502, errors.CODE_DECODE_FAILED
+            )
+        return await self._relay(request, response, state)
+
+    async def _mooncake(
+        self,
+        request: web.Request,
+        pair: Pair,
+        prefill_addr: str,
+        decode_addr: str,
+        headers: dict[str, str],
+        state: _Request,
+    ) -> web.StreamResponse | _Walk:
+        transfer = pair.transfer
+        bootstrap = legs.bootstrap_addr(prefill_addr, transfer.bootstrap_port)
+        dp_rank = next(self._dp_counter) % transfer.data_parallel_size
+        try:
+            engine_id = legs.engine_id_for_rank(await self._query(bootstrap), dp_rank)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("request %s: bootstrap %s unreachable: %s", state.request_id, bootstrap, _describe(exc))
+            return _Walk(REASON_PREFILL_CONNECT)
+        except legs.LegProtocolError as exc:
+            return self._finish_error(state, OUTCOME_PREFILL_ERROR, str(exc), 502, errors.CODE_PREFILL_FAILED)
+        transfer_id = f"xfer-{uuid.uuid4()}"
+        prefill_headers = dict(headers)
+        if transfer.data_parallel_size > 1:
+            prefill_headers[legs.HEADER_DP_RANK] = str(dp_rank)
+        dp = dp_rank if transfer.data_parallel_size > 1 else None
+        decode_body = legs.build_decode_body(
+            state.creq.body, legs.mooncake_decode_params(transfer_id, bootstrap, engine_id, dp)
+        )
+        decode_task = asyncio.ensure_future(self._open_decode(decode_addr, decode_body, headers))
+        prefill_body = legs.build_prefill_body(state.creq.body, legs.mooncake_prefill_params(transfer_id))
+        try:
+            outcome = await self._prefill(prefill_addr, prefill_body, prefill_headers, state)
+        except BaseException:
+            await _abort(decode_task)
+            raise
+        if not isinstance(outcome, dict):
+            await _abort(decode_task)  # the hazard of dataplane.md §1.4: never leave D waiting for a dead P
+            return outcome
+        try:
+            response = await decode_task
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._finish_error(
+                state, OUTCOME_DECODE_ERROR, f"decode leg failed: {_describe(exc)}", 502, errors.CODE_DECODE_FAILED
+            )
+        return await self._relay(request, response, state)
+
+    async def _query(self, bootstrap: str) -> Any:
+        cached = self._bootstrap.get(bootstrap)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self.config.bootstrap_cache_s:
+            return cached[1]
+        timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s * 2, connect=self.config.connect_timeout_s)
+        async with self.session.get(f"{bootstrap}/query", timeout=timeout) as resp:
+            resp.raise_for_status()
+            answer = await resp.json(content_type=None)
+        self._bootstrap[bootstrap] = (now, answer)
+        return answer
+
+    async def _prefill(
+        self, address: str, body: dict[str, Any], headers: Mapping[str, str], state: _Request
+    ) -> dict[str, Any] | _Walk | web.StreamResponse:
+        """Run the prefill leg: its JSON answer, a :class:`_Walk`, or the error response for the client."""
+        url = f"http://{address}{PATHS[state.creq.kind]}"
+        timeout = aiohttp.ClientTimeout(total=self.config.prefill_timeout_s, connect=self.config.connect_timeout_s)
+        t0 = time.perf_counter()
+        try:
+            with self.loads.hold_instance(address):
+                async with self.session.post(
+                    url, data=json.dumps(body).encode(), headers=headers, timeout=timeout
+                ) as resp:
+                    if resp.status in _WALK_STATUSES:
+                        return _Walk(_WALK_STATUSES[resp.status])
+                    payload = await resp.read()
+                    if resp.status != 200:
+                        if 400 <= resp.status < 500:
+                            return self._relay_error(state, resp.status, payload)
+                        return self._finish_error(
+                            state,
+                            OUTCOME_PREFILL_ERROR,
+                            f"prefill leg answered {resp.status}",
+                            502,
+                            errors.CODE_PREFILL_FAILED,
+                        )
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
+            return _Walk(REASON_PREFILL_CONNECT)
+        except TimeoutError:
+            return _Walk(REASON_PREFILL_TIMEOUT)
+        except aiohttp.ClientError as exc:
+            return self._finish_error(
+                state, OUTCOME_PREFILL_ERROR, f"prefill leg failed: {_describe(exc)}", 502, errors.CODE_PREFILL_FAILED
+            )
+        self.metrics.leg.labels(*state.labels, LEG_PREFILL).observe(time.perf_counter() - t0)
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            return self._finish_error(
+                state, OUTCOME_PREFILL_ERROR, "prefill leg answered no JSON object", 502, errors.CODE_PREFILL_FAILED
+            )
+        return answer
+
+    async def _open_decode(
+        self, address: str, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        url_path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.config.connect_timeout_s, sock_read=self.config.decode_idle_timeout_s
+        )
+        return await self.session.post(
+            f"http://{address}{url_path}", data=json.dumps(body).encode(), headers=headers, timeout=timeout
+        )
+
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, state: _Request
+    ) -> web.StreamResponse:
+        """Step 4: hand the decode leg to the client; never retried from here on."""
+        t0 = time.perf_counter()
+        try:
+            if upstream.status != 200:
+                payload = await upstream.read()
+                if 400 <= upstream.status < 500:
+                    return self._relay_error(state, upstream.status, payload, OUTCOME_DECODE_ERROR)
+                return self._finish_error(
+                    state,
+                    OUTCOME_DECODE_ERROR,
+                    f"decode leg answered {upstream.status}",
+                    502,
+                    errors.CODE_DECODE_FAILED,
+                )
+            if not state.creq.stream:
+                try:
+                    payload = await upstream.read()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    return self._finish_error(
+                        state,
+                        OUTCOME_STREAM_BROKEN,
+                        f"decode leg broke: {_describe(exc)}",
+                        502,
+                        errors.CODE_STREAM_BROKEN,
+                    )
+                self._observe_done(state, t0, ttft=True)
+                return web.Response(body=payload, content_type="application/json", headers=self._headers(state))
+            return await self._stream(request, upstream, state, t0)
+        finally:
+            upstream.release()
+
+    async def _stream(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, state: _Request, t0: float
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=self._headers(state))
+        response.content_type = "text/event-stream"
+        response.headers["Cache-Control"] = "no-cache"
+        await response.prepare(request)
+        first = True
+        try:
+            async for chunk in upstream.content.iter_any():
+                if first:
+                    self.metrics.ttft.labels(*state.labels).observe(time.perf_counter() - state.started)
+                    first = False
+                await response.write(chunk)
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            TimeoutError,
+        ) as exc:
+            log.warning("request %s: decode stream on %s broke: %s", state.request_id, state.labels[1], _describe(exc))
+            self.metrics.requests.labels(*state.labels, OUTCOME_STREAM_BROKEN).inc()
+            upstream.close()
+            try:
+                await response.write(
+                    errors.sse_error_event(f"decode stream broke: {_describe(exc)}", errors.CODE_STREAM_BROKEN)
+                )
+                await response.write_eof()
+            except (ConnectionError, RuntimeError):
+                pass
+            return response
+        except (ConnectionError, RuntimeError):
+            # The client went away: close the decode connection so the engine aborts the request.
+            upstream.close()
+            self.metrics.requests.labels(*state.labels, OUTCOME_CLIENT_GONE).inc()
+            return response
+        await response.write_eof()
+        self._observe_done(state, t0, ttft=first)
+        return response
+
+    # --- bookkeeping ---------------------------------------------------------------------------------
+
+    def _headers(self, state: _Request) -> dict[str, str]:
+        return {legs.HEADER_REQUEST_ID: state.request_id, HEADER_PAIR: state.labels[1]}
+
+    def _observe_done(self, state: _Request, decode_started: float, *, ttft: bool) -> None:
+        now = time.perf_counter()
+        if ttft:
+            self.metrics.ttft.labels(*state.labels).observe(now - state.started)
+        self.metrics.e2e.labels(*state.labels).observe(now - state.started)
+        self.metrics.leg.labels(*state.labels, LEG_DECODE).observe(now - decode_started)
+        self.metrics.requests.labels(*state.labels, OUTCOME_OK).inc()
+
+    def _finish_error(
+        self, state: _Request, outcome: str, message: str, status: int, code: str | None = None
+    ) -> web.Response:
+        log.warning("request %s on %s: %s", state.request_id, state.labels[1], message)
+        self.metrics.requests.labels(*state.labels, outcome).inc()
+        return errors.error_response(message, status=status, code=code, headers=self._headers(state))
+
+    def _relay_error(
+        self, state: _Request, status: int, payload: bytes, outcome: str = OUTCOME_PREFILL_ERROR
+    ) -> web.Response:
+        """An engine's 4xx (the client's mistake, e.g. a prompt over max-model-len) goes to the client as is."""
+        self.metrics.requests.labels(*state.labels, outcome).inc()
+        try:
+            json.loads(payload)
+        except ValueError:
+            return errors.error_response(
+                payload.decode("utf-8", "replace")[:500], status=status, headers=self._headers(state)
+            )
+        return web.Response(status=status, body=payload, content_type="application/json", headers=self._headers(state))
+
+
+def _serves(table: RoutingTable, model: str | None) -> bool:
+    return table.served_model_name is None or model is None or table.served_model_name == model
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _abort(task: asyncio.Future[aiohttp.ClientResponse]) -> None:
+    """Cancel a decode leg; if it already has a response, close its connection (vLLM aborts on disconnect)."""
+    if not task.done():
+        task.cancel()
+    try:
+        response = await task
+    except (asyncio.CancelledError, aiohttp.ClientError, TimeoutError):
+        return
+    response.close()

@@ -1,0 +1,80 @@
+"""Running the router: the table sources, the request listener and the health/metrics listener.
+
+Owns start-up order (tables first, so the router never serves without having tried them; health listener;
+request listener) and shutdown. :func:`start_router` is what the CLI and the component tests use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from tandem.router.metrics import HealthListener, RouterMetrics, build_health_app
+from tandem.router.proxy import Router, RouterConfig
+from tandem.router.tables import TableSource, TableStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningRouter:
+    """A started router: its ports, store and router, and how to stop it."""
+
+    router: Router
+    store: TableStore
+    runner: web.AppRunner
+    port: int
+    health: HealthListener | None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def metrics_port(self) -> int | None:
+        return None if self.health is None else self.health.port
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.runner.cleanup()
+        if self.health is not None:
+            self.health.stop()
+
+
+async def start_router(
+    sources: Sequence[TableSource],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    metrics_host: str = "127.0.0.1",
+    metrics_port: int | None = 0,
+    config: RouterConfig | None = None,
+) -> RunningRouter:
+    """Load tables, start both listeners (port 0: an ephemeral port) and the source loops."""
+    store = TableStore()
+    metrics = RouterMetrics(store)
+    for source in sources:
+        source.load_once(store)
+    health: HealthListener | None = None
+    if metrics_port is not None:
+        health = HealthListener(build_health_app(metrics, store), metrics_host, metrics_port)
+        health.start()
+    router = Router(store, metrics, config)
+    runner = web.AppRunner(router.build_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port
+    for address in runner.addresses:
+        bound = int(address[1])
+        break
+    running = RunningRouter(router=router, store=store, runner=runner, port=bound, health=health)
+    running.tasks = [asyncio.create_task(source.run(store)) for source in sources]
+    log.info("tandem router on %s:%d (%d table(s) live)", host, bound, len(store.snapshot))
+    return running
