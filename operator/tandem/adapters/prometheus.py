@@ -45,6 +45,7 @@ from typing import Final, Protocol, Self, runtime_checkable
 from urllib.parse import urlsplit
 
 import requests
+import urllib3
 from prometheus_api_client import PrometheusConnect
 from requests.auth import HTTPBasicAuth
 from urllib3.util.retry import Retry
@@ -249,6 +250,8 @@ class PrometheusProvider:
         except _ResponseTooLargeError:
             return failed(QueryStatus.UNPARSABLE, f"response larger than {self._max_bytes} bytes")
         except requests.exceptions.RequestException as exc:
+            if _is_read_timeout(exc):
+                return failed(QueryStatus.TIMEOUT, f"timed out: {type(exc).__name__}")
             # Refused, reset, DNS, TLS verification... The message names the host, never the headers.
             return failed(QueryStatus.REFUSED, f"{type(exc).__name__}: {_first_line(exc)}")
         return parse_query_response(status_code, body, query=promql)
@@ -264,6 +267,14 @@ class PrometheusProvider:
             if time.monotonic() > deadline:
                 raise _DeadlinePassedError
         return b"".join(chunks)
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    """requests raises a read timeout met while streaming the body as a ConnectionError wrapping urllib3's
+    ReadTimeoutError (not as requests' Timeout): it is still a timeout, not a refused connection."""
+    return any(isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args) or (
+        isinstance(exc, requests.exceptions.ConnectionError) and "Read timed out" in str(exc)
+    )
 
 
 def _first_line(exc: BaseException) -> str:
