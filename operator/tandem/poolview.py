@@ -21,7 +21,10 @@ needs to tell "failed" from "slow" from "waiting for a person", so those get cod
   CI job's time until the timeout.
 
 Done is judged against `metadata.generation`: a status whose `observedGeneration` is older describes a
-previous spec (the operator has not seen the change yet), so it is never reported as done.
+previous spec (the operator has not seen the change yet), so it is never reported as done. A promote or
+abort request is an annotation, which does not change the generation: until `status.rollout.handledAction`
+shows the operator carried it out, the status is still the one before it (so `rollout promote` followed
+at once by `rollout status --watch` waits instead of reporting the pause it just ended).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
+
+from tandem.api.labels import ANNOTATION_ABORT, ANNOTATION_PROMOTE
 
 EXIT_DONE: Final = 0
 EXIT_FAILED: Final = 1
@@ -90,6 +95,22 @@ def _indefinite_pause(obj: dict[str, Any], step_index: int) -> bool:
     return pause is not None and not (pause or {}).get("duration")
 
 
+def _request_order(request_id: str) -> str:
+    """Request ids are `[full-]<UTC stamp>-<hex>` (`tandem rollout`): without the prefix they sort by time."""
+    return request_id.removeprefix("full-")
+
+
+def pending_request(obj: dict[str, Any]) -> str:
+    """`promote` or `abort` when that request is newer than the last one the operator carried out, else ""."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    handled = str((_status(obj).get("rollout") or {}).get("handledAction") or "")
+    for kind, key in (("promote", ANNOTATION_PROMOTE), ("abort", ANNOTATION_ABORT)):
+        request = str(annotations.get(key) or "")
+        if request and request != handled and _request_order(request) > _request_order(handled):
+            return kind
+    return ""
+
+
 def rollout_verdict(obj: dict[str, Any]) -> Verdict:
     """The rollout verdict of a pool (rules and exit codes in the module docstring).
 
@@ -101,6 +122,9 @@ def rollout_verdict(obj: dict[str, Any]) -> Verdict:
     observed = int(status.get("observedGeneration") or 0)
     if not status or observed < generation:
         return Verdict("Waiting", f"waiting for the operator to observe generation {generation}")
+    pending = pending_request(obj)
+    if pending:
+        return Verdict("Waiting", f"waiting for the operator to carry out the {pending} request")
     rollout = status.get("rollout") or {}
     revisions = status.get("revisions") or {}
     stable, canary = revisions.get("stable") or {}, revisions.get("canary") or {}

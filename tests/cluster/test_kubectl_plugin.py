@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +53,8 @@ def plugin_env(dev_cluster: DevCluster, ns: str, tmp_path: Path) -> dict[str, st
     if not (bin_dir / "kubectl-tandem").is_file():
         pytest.fail(f"{bin_dir}/kubectl-tandem is missing: run `make setup` (pip install -e .)", pytrace=False)
     kubeconfig = tmp_path / "kubeconfig"
-    shutil.copy(dev_cluster.kubeconfig, kubeconfig)
+    # --flatten embeds the certificates, so the copy does not depend on paths relative to the original.
+    kubeconfig.write_text(dev_cluster.kube.run("config", "view", "--raw", "--flatten").stdout)
     Kubectl(dev_cluster.kube.binary, kubeconfig).run("config", "set-context", "--current", f"--namespace={ns}")
     env = dict(os.environ)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"

@@ -87,6 +87,11 @@ class Pool:
         self.o["status"]["pairs"]["draining"] = pairs
         return self
 
+    def annotate(self, key: str, request: str, handled: str = "") -> Pool:
+        self.o["metadata"].setdefault("annotations", {})[key] = request
+        self.o["status"]["rollout"]["handledAction"] = handled
+        return self
+
     def generation(self, generation: int) -> Pool:
         self.o["metadata"]["generation"] = generation
         return self
@@ -123,6 +128,35 @@ class Pool:
             None,
             "waiting for the operator to observe generation 3",
             id="a status of an older generation is never done",
+        ),
+        pytest.param(
+            Pool()
+            .spec_version("v2")
+            .rollout("Progressing", 2)
+            .canary("v2", 1, 1, 25)
+            .annotate("tandem.dev/promote", "20261201T120000Z-aaaaaa", handled="20261201T110000Z-bbbbbb"),
+            "Waiting",
+            None,
+            "waiting for the operator to carry out the promote request",
+            id="a promote not yet carried out waits instead of reporting the pause it ends",
+        ),
+        pytest.param(
+            Pool()
+            .spec_version("v2")
+            .rollout("Progressing", 2)
+            .canary("v2", 1, 1, 25)
+            .annotate("tandem.dev/promote", "full-20261201T100000Z-aaaaaa", handled="20261201T110000Z-bbbbbb"),
+            "Paused",
+            EXIT_PAUSED,
+            "Paused at step 3/4: a pause step without a duration; run `rollout promote`",
+            id="an older promote than the last handled request is not pending",
+        ),
+        pytest.param(
+            Pool().annotate("tandem.dev/abort", "20261201T120000Z-aaaaaa", handled="20261201T120000Z-aaaaaa"),
+            "Done",
+            EXIT_DONE,
+            "Idle: v1 is stable, 3/3 pairs ready",
+            id="a handled request is not pending",
         ),
         pytest.param(
             Pool().no_status(), "Waiting", None, "waiting for the operator to observe generation 2", id="no status yet"
