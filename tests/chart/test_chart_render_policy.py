@@ -259,6 +259,11 @@ def test_operator_flags() -> None:
         "--metrics-port=9090",
         "--prometheus-url=https://prometheus.monitoring.svc:9090",
         "--prometheus-auth-dir=/etc/tandem/prometheus",
+        "--prometheus-allowed-address=https://thanos-query.monitoring.svc:10902",
+        "--allowed-registry=docker.io/vllm",
+        "--allowed-registry=docker.io/rocm",
+        "--allowed-registry=ghcr.io/example",
+        "--allowed-registry=registry.example.com:5000/inference",
         "--log-format=text",
         "--max-concurrent-passes=8",
     ]
@@ -267,6 +272,8 @@ def test_operator_flags() -> None:
         "--namespace=inference",
         "--liveness-port=8080",
         "--metrics-port=9090",
+        "--allowed-registry=docker.io/vllm",
+        "--allowed-registry=docker.io/rocm",
         "--log-format=json",
         "--max-concurrent-passes=8",
     ]
