@@ -68,7 +68,13 @@ from tandem.core.observed import EvalJobView, ObservedPod, Snapshot, parse_eval_
 from tandem.core.plan import Plan, plan_pool
 from tandem.core.promql import QueryResult, QueryStatus
 from tandem.core.rollout import EVENT_WARNING, Event
-from tandem.core.scalemetrics import ServingInstance, build_snapshot, scaling_queries
+from tandem.core.scalemetrics import (
+    Freshness,
+    ServingInstance,
+    build_snapshot,
+    freshness_queries,
+    scaling_queries,
+)
 from tandem.routing.table import CONFIGMAP_KEY, RoutingTable
 
 log = logging.getLogger("tandem.reconcile")
@@ -292,18 +298,26 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
                 serving.extend(ServingInstance(e.pod, pair.id, "prefill") for e in pair.prefill)
                 serving.extend(ServingInstance(e.pod, pair.id, "decode") for e in pair.decode)
     results: dict[str, QueryResult] = {}
+    freshness: Freshness | None = None
     if provider is not None:
         window = f"{int(max(parse_duration(spec.interval), 4 * snapshot.scrape_interval_s))}s"
         queries = scaling_queries(pool.metadata.namespace, pool.metadata.name, window)
+        fresh = freshness_queries(queries)  # the answers are stamped with the evaluation time: ask separately
+        asked = [*queries.values(), *fresh.values()]
         timeout = min(10.0, parse_duration(spec.interval) / 2)
-        answers = await asyncio.gather(*(provider.aquery(q, timeout_s=timeout) for q in queries.values()))
-        results = dict(zip(queries, answers, strict=True))
+        answers = await asyncio.gather(*(provider.aquery(q, timeout_s=timeout) for q in asked))
+        results = dict(zip(queries, answers[: len(queries)], strict=True))
+        freshness = Freshness(
+            dict(zip(fresh, answers[len(queries) :], strict=True)),
+            now_s=snapshot.now.timestamp(),
+            max_age_s=2 * snapshot.scrape_interval_s,
+        )
     else:
         results = {k: QueryResult(QueryStatus.REFUSED, error="no Prometheus configured") for k in ("running",)}
     memory.last_autoscale_eval = snapshot.now
     return dataclasses.replace(
         snapshot,
-        scaling_metrics=build_snapshot(results, serving),
+        scaling_metrics=build_snapshot(results, serving, freshness),
         autoscale_state=memory.autoscale_state,
         ratio_state=memory.ratio_state,
     )
