@@ -348,7 +348,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
                     f"{scale_to} pairs: {ratio.message}",
                 )
             )
-    missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in raw_revisions))
+    # Snapshots to write: only revisions the planner holds a spec for (the live spec's); a snapshot that is
+    # gone cannot be re-derived from anything trustworthy, and one that is held is never overwritten.
+    missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in raw_revisions and r in revisions))
     return Plan(
         rollout_first=decision.status if decision.persist_first else None,
         snapshots=missing,

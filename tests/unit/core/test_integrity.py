@@ -370,3 +370,15 @@ def test_withheld_prometheus_credentials_are_reported() -> None:
     assert "http://attacker.example is not https" in cond.message
     assert [e.reason for e in plan.events] == [c.REASON_PROMETHEUS_CREDENTIALS_WITHHELD]
     assert plan.creates == () and plan.deletes == ()
+
+
+def test_deleted_stable_snapshot_is_reported_missing_not_rewritten() -> None:
+    """Deleting a held (or any) stable snapshot: nothing to rebuild it from; a hold, not a crash."""
+    world, stable = mid_rollout()
+    del world.revisions[stable]
+    victim = next(p for p in world.pods.values() if p.revision == stable)
+    world.delete_pod(victim.name)
+    plan = world.tick()
+    assert plan.snapshots == () and all(cr.revision != stable for cr in plan.creates) and plan.deletes == ()
+    degraded = c.find(plan.status.conditions, c.CONDITION_DEGRADED)
+    assert degraded is not None and degraded.reason == c.REASON_REVISION_MISSING
