@@ -4,10 +4,11 @@ What it owns: the pure rules that decide which observed objects the planner may 
 findings it reports (condition ``UntrustedInput`` and a Warning Event, see `tandem.core.plan`):
 
 1. **Pods**: a pod is part of the pool only when its *controller* owner reference names the pool's uid.
-   Labels are writable by anyone who can create a pod in the namespace; the controller reference is
-   set by the operator at creation and cannot point at a pool without knowing its uid *and* being
-   allowed to set it. A look-alike is never counted, repaired, drained or deleted; it still holds GPUs,
-   so the placement ledger counts it as another workload.
+   Labels are copied with any manifest; the controller reference is set by the operator at creation and
+   is not carried over by copying labels. (Someone who reads the pool's uid and can create pods can
+   still forge it: this stops look-alikes, not a namespace admin, who can run any pod anyway.) A
+   look-alike is never counted, repaired, drained or deleted; it still holds GPUs, so the placement
+   ledger counts it as another workload.
 2. **Drain records** live in the published routing table (a ConfigMap anyone with ConfigMap write
    access can edit). The table is the operator's own only when its fingerprint matches the one the
    operator wrote to the pool's status (the status subresource: operator-only). In a table that is not
