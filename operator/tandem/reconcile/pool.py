@@ -588,8 +588,13 @@ async def _act_and_report(
         return PassResult(requeue_after=None, writes=writes, plan=plan, duration=time.monotonic() - started)
     except KubeError as exc:
         reason, backoff = _classify(exc)
+        # The plan's routing table was most likely not published (it goes out last), so status keeps the
+        # fingerprint of the table that is: status is what marks the published table as the operator's own
+        # (tandem.core.integrity, rule 2), and a mismatch would restart every drain on each failing pass.
+        old_routing = (snapshot.pool.status or InferencePoolStatus()).routing
         status = status.model_copy(
             update={
+                "routing": old_routing,
                 "conditions": c.set_condition(
                     status.conditions,
                     c.CONDITION_DEGRADED,
@@ -598,7 +603,7 @@ async def _act_and_report(
                     str(exc)[:1000],
                     now,
                     snapshot.pool.metadata.generation,
-                )
+                ),
             }
         )
         plan = Plan(
