@@ -9,7 +9,7 @@ finalizer `tandem.dev/finalizer`, annotations under `tandem.dev`.
 
 Configuration comes from `tandem run` flags, or for in-process runners (kopf's KopfRunner) from the
 environment: TANDEM_NAMESPACES (comma list), TANDEM_PROMETHEUS_URL, TANDEM_PROMETHEUS_AUTH_DIR,
-KUBECONFIG.
+TANDEM_ALLOWED_REGISTRIES and TANDEM_PROMETHEUS_ALLOWED_ADDRESSES (comma lists), KUBECONFIG.
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ class OperatorConfig:
     kubeconfig: str | None = None
     scrape_interval_s: float = 15.0
     max_concurrent_passes: int = 8
+    allowed_registries: list[str] = field(default_factory=list)
+    """Registries snapshot images must come from (the chart passes admissionPolicies.imageRegistries.allowed)."""
+    prometheus_allowed_addresses: list[str] = field(default_factory=list)
+    """https Prometheus addresses a pool may name and still get the credentials (besides --prometheus-url)."""
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -97,7 +101,13 @@ class OperatorConfig:
             kubeconfig=os.environ.get("KUBECONFIG") or None,
             scrape_interval_s=float(os.environ.get("TANDEM_SCRAPE_INTERVAL", "15")),
             max_concurrent_passes=int(os.environ.get("TANDEM_MAX_CONCURRENT_PASSES", "8")),
+            allowed_registries=_env_list("TANDEM_ALLOWED_REGISTRIES"),
+            prometheus_allowed_addresses=_env_list("TANDEM_PROMETHEUS_ALLOWED_ADDRESSES"),
         )
+
+
+def _env_list(name: str) -> list[str]:
+    return [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
 
 
 SETTLE_SECONDS = 1.5
@@ -192,8 +202,18 @@ def build_metrics(config: OperatorConfig) -> Metrics:
     def factory(url: str) -> PrometheusProvider:
         return PrometheusProvider(url, credentials_dir=auth)
 
+    def anonymous(url: str) -> PrometheusProvider:
+        return PrometheusProvider(url, credentials_dir=None)
+
     default = factory(config.prometheus_url) if config.prometheus_url else None
-    return Metrics(default=default, factory=factory, scrape_interval_s=config.scrape_interval_s)
+    return Metrics(
+        default=default,
+        factory=factory,
+        scrape_interval_s=config.scrape_interval_s,
+        anonymous=anonymous,
+        default_url=config.prometheus_url,
+        allowed_addresses=tuple(config.prometheus_allowed_addresses),
+    )
 
 
 RUNTIME = Runtime(OperatorConfig.from_env())
@@ -346,6 +366,7 @@ async def _one_pass(namespace: str, name: str, failures: int) -> tuple[float, in
                 memory=memory,
                 placement_lock=RUNTIME.placement_lock,
                 peer_namespaces=RUNTIME.config.namespaces,
+                allowed_registries=RUNTIME.config.allowed_registries,
             )
         failures = 0 if not result.error or result.conflict else failures + 1
     except Exception:  # a bug in one pool must not take down the others (OP-06)
@@ -426,6 +447,20 @@ def register(subparsers: Any) -> None:
         "--renew-deadline", type=float, default=RENEW_DEADLINE_S, help="seconds a leader may fail to renew"
     )
     election.add_argument("--retry-period", type=float, default=RETRY_PERIOD_S, help="seconds between Lease checks")
+    run.add_argument(
+        "--allowed-registry",
+        action="append",
+        default=_env_list("TANDEM_ALLOWED_REGISTRIES"),
+        help="registry or repository prefix images from revision snapshots must come from (repeatable; "
+        "none: digest pinning only)",
+    )
+    run.add_argument(
+        "--prometheus-allowed-address",
+        action="append",
+        default=_env_list("TANDEM_PROMETHEUS_ALLOWED_ADDRESSES"),
+        help="https Prometheus address a pool's analysis.prometheusAddress may name and still get the "
+        "credentials (repeatable; --prometheus-url always may)",
+    )
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
     run.set_defaults(func=run_operator)
@@ -461,6 +496,8 @@ def run_operator(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG"),
         scrape_interval_s=args.scrape_interval,
         max_concurrent_passes=args.max_concurrent_passes,
+        allowed_registries=list(args.allowed_registry),
+        prometheus_allowed_addresses=list(args.prometheus_allowed_address),
     )
     try:
         timings = LeaseTimings(args.lease_duration, args.renew_deadline, args.retry_period)

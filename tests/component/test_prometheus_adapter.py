@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import shutil
 import socket
@@ -36,7 +37,7 @@ from tandem.adapters.prometheus import (
 )
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.core import gates as g
-from tandem.core.promql import QueryStatus, parse_prom_duration
+from tandem.core.promql import QueryStatus, freshness_of, parse_prom_duration
 from tests.fakes import prometheus as fp
 
 pytestmark = pytest.mark.component
@@ -84,6 +85,8 @@ class _Server:
 
                 if parts.path != "/api/v1/query":
                     self._reply(404, b'{"status":"error","error":"not found"}')
+                elif freshness_of(q):  # the answer stamps `now`; the samples of revision stale1 are 2 min old
+                    self._reply(200, vector(repr(now - 120 if 'revision="stale1"' in q else now)))
                 elif q == "nan":
                     self._reply(200, vector("NaN"))
                 elif q == "empty":
@@ -377,7 +380,46 @@ async def test_evaluate_metric_gates_with_the_fake() -> None:
         ("custom", "Error", "InvalidQuery"),
     ]
     assert verdicts[0].value == "0.70" and verdicts[0].baseline == "0.47"
-    assert len(fake.calls) == 3  # canary + baseline for ttft, canary for errors; none for the broken query
+    # canary + baseline for ttft, canary for errors, each with its freshness query; none for the broken query
+    assert len(fake.calls) == 6
+    assert sum(1 for q in fake.queries() if freshness_of(q)) == 3
+
+
+@pytest.mark.parametrize(
+    ("reply", "freshness", "want"),
+    [
+        pytest.param(fp.value("0.4"), None, ("Success", "SuccessConditionMet"), id="inputs scraped now"),
+        pytest.param(fp.value("0.4", age_s=30), None, ("Success", "SuccessConditionMet"), id="2 x scrape old"),
+        pytest.param(
+            fp.stale(90), None, ("NoData", "Stale"), id="series stopped 90 s ago, answer stamped now is still stale"
+        ),
+        pytest.param(fp.stale(-90), None, ("NoData", "Stale"), id="sample from the future (clock skew)"),
+        pytest.param(
+            fp.value("0.4"), fp.empty(), ("NoData", "Stale"), id="no input has a current sample (rate window only)"
+        ),
+        pytest.param(
+            fp.value("0.4"), fp.refused(), ("Error", "MetricsUnavailable"), id="freshness unknown is never fresh"
+        ),
+        pytest.param(
+            fp.value("0.4"), fp.multi(), ("Error", "MetricsUnavailable"), id="freshness answer not one timestamp"
+        ),
+    ],
+)
+async def test_evaluate_metric_gates_staleness_comes_from_the_samples_not_the_answer(
+    reply: fp.Reply, freshness: fp.Reply | None, want: tuple[str, str]
+) -> None:
+    """Issue 19 item 7: a real instant query stamps its answer with the evaluation time, so a series that
+    stopped updating looks fresh; the gate asks for the inputs' own newest sample time and judges that."""
+    now = START + timedelta(minutes=5)
+    fake = fp.FakePrometheus(now=lambda: now, freshness=freshness)
+    fake.always(reply)
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    verdicts = await evaluate_metric_gates(
+        fake, [gate], TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
+    )
+    data = [c for c in fake.calls if not freshness_of(c.query)]
+    assert [c.result.series[0].timestamp for c in data if c.result.series] in ([], [now.timestamp()])
+    assert [(v.verdict, v.reason) for v in verdicts] == [want]
 
 
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:
@@ -414,3 +456,23 @@ async def test_evaluate_metric_gates_against_the_real_adapter(provider: Promethe
     )
     assert [(v.verdict, v.value) for v in verdicts] == [("Success", "0.4")]
     assert 'revision="new1"' in verdicts[0].query
+
+
+async def test_evaluate_metric_gates_real_adapter_sees_a_stale_series(
+    server: _Server, provider: PrometheusProvider
+) -> None:
+    """Item 7 over HTTP: the data answer is stamped now, the freshness query says 2 min: NoData Stale."""
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    now = datetime.now(UTC)
+    verdicts = await evaluate_metric_gates(
+        provider,
+        [gate],
+        dataclasses.replace(TARGET, canary_revision="stale1"),
+        analysis=SPEC,
+        step_started_at=now - timedelta(minutes=5),
+        scrape_interval_s=15,
+        clock=lambda: now,
+    )
+    assert [(v.verdict, v.reason) for v in verdicts] == [("NoData", "Stale")]
+    asked = [r["params"]["query"] for r in server.requests]
+    assert len(asked) == 2 and sum(1 for q in asked if q.startswith("max(timestamp(")) == 1

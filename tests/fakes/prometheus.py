@@ -2,9 +2,12 @@
 
 Script replies per query (exact text, a compiled regex searched in the query, or a predicate); each
 script is a queue whose last reply repeats (unless ``repeat_last=False``). Unmatched queries get the
-default reply (an empty vector: "not scraped"). Sample timestamps come from the injected clock, so
-``stale(age_s=90)`` is 90 s older than the fake's ``now()``; a ``slow`` reply longer than the call's
-timeout is a timeout, and the fake reports the time it "took" through ``advance`` (no real sleeps).
+default reply (an empty vector: "not scraped"). Like a real Prometheus, every answer is stamped with
+the evaluation time (the injected clock); the *age* of a reply (``stale(age_s=90)``, ``value(v,
+age_s=...)``) is the age of the newest raw sample behind it, and the fake reveals it only to the
+freshness query of that data query (``core.promql.freshness_query``), answered from the reply it last
+gave to the data query. A ``slow`` reply longer than the call's timeout is a timeout, and the fake
+reports the time it "took" through ``advance`` (no real sleeps).
 
     fake = FakePrometheus(now=clock.now, advance=clock.advance)
     fake.script(re.compile('revision="canary"'), value("0.7"), nan(), refused())
@@ -19,7 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from tandem.core.promql import QueryResult, QueryStatus, Series
+from tandem.core.promql import (
+    QueryResult,
+    QueryStatus,
+    Series,
+    attach_freshness,
+    freshness_of,
+    freshness_query,
+    query_digest,
+)
 
 Matcher = str | re.Pattern[str] | Callable[[str], bool]
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -32,22 +43,38 @@ class Reply:
     build: Callable[[float, str], QueryResult]
     delay_s: float = 0.0
     label: str = ""
+    sample_age_s: float | None = None
+    """Age of the newest raw sample behind the answer (None: no series, the freshness answer is empty)."""
 
 
 def _ok(
     series: Sequence[tuple[Mapping[str, str], float, str]], *, result_type: str = "vector", warnings: Sequence[str] = ()
 ) -> Reply:
     def build(now: float, query: str) -> QueryResult:
+        # A real instant query stamps every series with the evaluation time, whatever the samples' age.
         return QueryResult(
             QueryStatus.OK,
             query=query,
             http_status=200,
             warnings=tuple(warnings),
             result_type=result_type,
-            series=tuple(Series(dict(labels), now - age, v) for labels, age, v in series),
+            series=tuple(Series(dict(labels), now, v) for labels, _age, v in series),
         )
 
-    return Reply(build)
+    return Reply(build, sample_age_s=min((age for _, age, _ in series), default=None))
+
+
+def freshness_answer(reply: Reply, now: float, query: str) -> QueryResult:
+    """What Prometheus answers to the freshness query of a data query that got ``reply``."""
+    series = () if reply.sample_age_s is None else (Series({}, now, repr(now - reply.sample_age_s)),)
+    return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=series)
+
+
+def answer(reply: Reply, now: float, query: str = 'q{pool="speed"}') -> QueryResult:
+    """The data answer to ``query`` with its freshness attached, as the adapter combines them (pure tests)."""
+    data = reply.build(now, query)
+    fresh = freshness_query(query)
+    return attach_freshness(data, None if fresh is None else freshness_answer(reply, now, fresh))
 
 
 def _fmt(v: str | float) -> str:
@@ -132,7 +159,7 @@ def unparsable() -> Reply:
 def slow(delay_s: float, then: Reply | None = None) -> Reply:
     """``then`` (default: a value 0.1) after ``delay_s``; a timeout when ``delay_s`` ≥ the call's timeout."""
     inner = then or value("0.1")
-    return Reply(inner.build, delay_s=delay_s, label=f"slow({delay_s}, {inner.label})")
+    return replace(inner, delay_s=delay_s, label=f"slow({delay_s}, {inner.label})")
 
 
 def raw(result: QueryResult) -> Reply:
@@ -171,7 +198,10 @@ class FakePrometheus:
     advance: Callable[[float], None] | None = None
     default: Reply = field(default_factory=empty)
     calls: list[FakeCall] = field(default_factory=list)
+    freshness: Reply | None = None
+    """A fixed reply to every freshness query (e.g. ``refused()``); None: answered from the data reply."""
     _scripts: list[_Script] = field(default_factory=list)
+    _answered: dict[str, Reply] = field(default_factory=dict)
 
     def script(self, matcher: Matcher, *replies: Reply, repeat_last: bool = True) -> FakePrometheus:
         """Queue ``replies`` for queries that ``matcher`` selects (earlier scripts are tried first)."""
@@ -196,7 +226,15 @@ class FakePrometheus:
     def query(self, promql: str, *, timeout_s: float) -> QueryResult:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        reply = self._next(promql)
+        source = freshness_of(promql)
+        if source is not None:  # before the scripts: a regex on a label would match its selectors too
+            data = self._answered.get(source, empty())
+            reply = self.freshness or Reply(
+                lambda now, q: freshness_answer(data, now, q), delay_s=data.delay_s, label="freshness"
+            )
+        else:
+            reply = self._next(promql)
+            self._answered[query_digest(promql)] = reply
         if reply.delay_s >= timeout_s:
             elapsed = timeout_s
             result = QueryResult(QueryStatus.TIMEOUT, query=promql, error=f"no answer within {timeout_s:g}s")
@@ -222,7 +260,9 @@ __all__ = [
     "FakeCall",
     "FakePrometheus",
     "Reply",
+    "answer",
     "empty",
+    "freshness_answer",
     "http",
     "inf",
     "matrix",

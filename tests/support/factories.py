@@ -124,6 +124,7 @@ class World:
     routing: Any = None
     revisions: dict[str, Any] = field(default_factory=dict)
     never_ready: set[str] = field(default_factory=set)
+    allowed_registries: tuple[str, ...] = ()
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -133,6 +134,7 @@ class World:
             now=self.now,
             routing=self.routing,
             revisions=dict(self.revisions),
+            allowed_registries=self.allowed_registries,
         )
 
     def tick(self, seconds: float = 5.0) -> Plan:
@@ -214,6 +216,7 @@ class World:
                 created=self.now,
                 gpus=gpus,
                 built_revision=create.revision,  # the builders record it in the pod's env (TANDEM_REVISION)
+                controller_uid=self.pool.metadata.uid,  # the builders set the pool as controller owner
             )
             self._age[name] = 0
         self.routing = plan.routing

@@ -62,7 +62,9 @@ from tandem.core.promql import (
     QueryRenderError,
     QueryResult,
     QueryStatus,
+    attach_freshness,
     format_duration,
+    freshness_query,
     parse_prom_duration,
     parse_query_response,
 )
@@ -333,17 +335,22 @@ async def evaluate_metric_gates(
         planned.append((gate, q.canary, q.baseline))
 
     texts = sorted({t for p in planned if not isinstance(p, GateVerdict) for t in p[1:] if t})
-    tasks = {t: asyncio.ensure_future(provider.aquery(t, timeout_s=target.timeout_s)) for t in texts}
-    results: dict[str, QueryResult] = {}
+    # Each query goes with its freshness query (core.promql.freshness_query), concurrently: the answer's
+    # own timestamp is the evaluation time, so only the freshness query can say a series went stale.
+    fresh = {t: f for t in texts if (f := freshness_query(t)) is not None}
+    asked = [*texts, *fresh.values()]
+    tasks = {q: asyncio.ensure_future(provider.aquery(q, timeout_s=target.timeout_s)) for q in asked}
+    answers: dict[str, QueryResult] = {}
     if tasks:
         done, pending = await asyncio.wait(tasks.values(), timeout=target.timeout_s + 1.0)
         for text, task in tasks.items():
             if task in done and task.exception() is None:
-                results[text] = task.result()
+                answers[text] = task.result()
             else:
                 task.cancel()
                 error = "no answer within the analysis timeout" if task in pending else repr(task.exception())
-                results[text] = QueryResult(QueryStatus.TIMEOUT, query=text, error=error[:512])
+                answers[text] = QueryResult(QueryStatus.TIMEOUT, query=text, error=error[:512])
+    results = {t: attach_freshness(answers[t], answers[fresh[t]] if t in fresh else None) for t in texts}
 
     try:
         rate_window_s = parse_prom_duration(target.interval)

@@ -48,6 +48,9 @@ class RevisionStatus(ApiModel):
     """spec.stack.version of this revision."""
     image: Annotated[str, Field(max_length=512)] = ""
     """Engine image of this revision."""
+    digest: Annotated[str, Field(max_length=71)] = ""
+    """`sha256:<hex>` of this revision's snapshot (ConfigMap `<pool>-rev-<revision>`, canonical JSON). Recorded by
+    the operator; a snapshot that no longer matches is not used to create pods (`SnapshotTampered`)."""
     pairs: Count = 0
     """Pair groups of this revision."""
     ready_pairs: Count = 0

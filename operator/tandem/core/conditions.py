@@ -18,6 +18,8 @@ CONDITION_PROGRESSING: Final = "Progressing"
 CONDITION_DEGRADED: Final = "Degraded"
 CONDITION_KV_CACHE_DEGRADED: Final = "KVCacheDegraded"
 CONDITION_METRICS_AVAILABLE: Final = "MetricsAvailable"
+CONDITION_UNTRUSTED_INPUT: Final = "UntrustedInput"
+"""True while the operator ignores or refuses something it did not write or may not trust (tandem.core.integrity)."""
 
 # Ready
 REASON_ALL_PAIRS_READY: Final = "AllPairsReady"
@@ -44,6 +46,13 @@ REASON_ADMISSION_BLOCKED: Final = "AdmissionBlocked"
 REASON_REVISION_MISSING: Final = "RevisionSnapshotMissing"
 REASON_API_ERROR: Final = "APIError"
 REASON_RECONCILE_ERROR: Final = "ReconcileError"
+# UntrustedInput (tandem.core.integrity)
+REASON_FOREIGN_PODS_IGNORED: Final = "ForeignPodsIgnored"
+REASON_DRAIN_RECORD_REJECTED: Final = "DrainRecordRejected"
+REASON_SNAPSHOT_TAMPERED: Final = "SnapshotTampered"
+REASON_IMAGE_NOT_ALLOWED: Final = "ImageNotAllowed"
+REASON_PROMETHEUS_CREDENTIALS_WITHHELD: Final = "PrometheusCredentialsWithheld"
+REASON_NO_UNTRUSTED_INPUT: Final = "NoUntrustedInput"
 # KV cache
 REASON_CACHE_OK: Final = "CacheHealthy"
 REASON_NO_CACHE: Final = "NoCacheReferenced"

@@ -25,7 +25,9 @@ Rules, first match wins, applied to the canary result and then to the baseline r
 10  ``+Inf`` / ``-Inf``                                    NoData     ``InvalidQueryResult``
 11  taken before step start + initialDelay, or its rate    NoData     ``TooEarly``
     window reaches back before the step started
-12  sample age (either way) > 2 × scrape interval          NoData     ``Stale``
+12  sample age (either way) > 2 × scrape interval; the     NoData     ``Stale``
+    age of the inputs' newest raw sample when known
+    (``QueryResult.sample_time``), else of the answer
 ==  =====================================================  =========  ======================
 
 A baseline NoData gets the reason prefixed with ``Baseline`` (``BaselineEmpty``...); a baseline Error
@@ -288,9 +290,20 @@ def _check(result: QueryResult, window: SampleWindow) -> _Checked:
         return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_NAN)
     if math.isinf(value):
         return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT)
+    stamps = [at]
+    if result.sample_time is not None:
+        # The inputs' own newest sample (core.promql.freshness_query): a real instant query stamps every
+        # answer with the evaluation time, so only this says whether the series still updates.
+        try:
+            if result.sample_time <= 0:  # no input has a current sample
+                raise ValueError("no current sample")
+            at = datetime.fromtimestamp(result.sample_time, UTC)
+        except (ValueError, OverflowError, OSError):
+            return _Checked(None, sample.value, None, VERDICT_NO_DATA, REASON_STALE)
+        stamps.append(at)
     if at < window.not_before:
         return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_TOO_EARLY)
-    if abs((window.now - at).total_seconds()) > window.max_age_s:
+    if any(abs((window.now - t).total_seconds()) > window.max_age_s for t in stamps):
         return _Checked(None, sample.value, at, VERDICT_NO_DATA, REASON_STALE)
     return _Checked(value, sample.value, at)
 

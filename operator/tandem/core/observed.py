@@ -56,6 +56,8 @@ class ObservedPod:
     affinity_nodes: tuple[str, ...] = ()
     built_revision: str | None = None
     """The revision the pod was built from (its immutable ``TANDEM_REVISION`` env); None on older pods."""
+    controller_uid: str | None = None
+    """uid in the pod's controller owner reference (None without one): only the pool's uid makes it the pool's."""
 
     @property
     def pool(self) -> str | None:
@@ -150,6 +152,10 @@ class Snapshot:
     ratio_state: RatioState | None = None
     """What the P:D adjustment remembered (in memory; empty after a restart)."""
     scrape_interval_s: float = 15.0
+    allowed_registries: tuple[str, ...] = ()
+    """The operator's image registry allow-list (``--allowed-registry``); empty: digest pinning only."""
+    prometheus_problem: str = ""
+    """Why this pool's analysis.prometheusAddress gets no credentials ("" when it does or is unset)."""
 
 
 # --- parsing raw objects -------------------------------------------------------------------------
@@ -212,7 +218,16 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = "amd.com/gpu") -> Obse
         resource_version=meta.get("resourceVersion", ""),
         affinity_nodes=_affinity_nodes(obj),
         built_revision=_env_value(obj, "TANDEM_REVISION"),
+        controller_uid=_controller_uid(meta),
     )
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    """The uid of the owner reference with ``controller: true`` (there is at most one), else None."""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return str(ref["uid"])
+    return None
 
 
 def _env_value(obj: Mapping[str, Any], name: str) -> str | None:

@@ -89,14 +89,15 @@ class PairView:
 
 
 def shape_of(rev: RevisionSpec | None, pods: Iterable[ObservedPod]) -> tuple[tuple[Role, int], ...]:
-    """Expected instances per role; without the revision snapshot, what the pods themselves show."""
+    """Expected instances per role; without a (trusted) revision snapshot, what the pods themselves show, and
+    at least one of each role (the API's minimum): a pair that lost all its prefill pods is never complete."""
     if rev is not None:
         return (("prefill", rev.prefill.instances), ("decode", rev.decode.instances))
     seen: dict[Role, int] = {}
     for pod in pods:
         if pod.role is not None and pod.instance is not None:
             seen[pod.role] = max(seen.get(pod.role, 0), pod.instance + 1)
-    return tuple((role, seen.get(role, 0)) for role in ROLES)
+    return tuple((role, max(1, seen.get(role, 0))) for role in ROLES)
 
 
 def group_pairs(

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from tandem.api.common import Condition
 from tandem.api.labels import (
     ANNOTATION_ABORT,
     ANNOTATION_PROMOTE,
@@ -66,7 +67,20 @@ from tandem.core.autoscale import (
     compute_role_ratio,
     equivalent_pairs,
 )
-from tandem.core.observed import ObservedPod, Snapshot
+from tandem.core.integrity import (
+    CONDITION_HOLD,
+    DrainRecord,
+    Finding,
+    drain_finding,
+    foreign_pods_finding,
+    prometheus_finding,
+    snapshot_digest,
+    split_owned,
+    table_is_own,
+    vet_drain,
+    vet_revisions,
+)
+from tandem.core.observed import ObservedPod, Snapshot, parse_time
 from tandem.core.pairs import PairView, cancel_unneeded_drains, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
 from tandem.core.rollout import (
@@ -181,12 +195,36 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     old_status = pool.status or InferencePoolStatus()
     generation = pool.metadata.generation
 
+    # 0. integrity (tandem.core.integrity): only pods the pool controls, genuine snapshots with allowed
+    # images and the operator's own drain records are acted on; everything else is a finding, never a delete.
+    findings: list[Finding] = []
+    owned, foreign = split_owned(snapshot.pods, pool.metadata.uid)
+    if (found := foreign_pods_finding(foreign)) is not None:
+        findings.append(found)
+    raw_revisions = snapshot.revisions
+
     # 1. revisions and the rollout
     desired_spec = revision_spec(spec, snapshot.cache)
     desired = revision_id(desired_spec)
-    revisions = dict(snapshot.revisions)
+    vetted = vet_revisions(
+        raw_revisions, _recorded_digests(old_status), desired, desired_spec, snapshot.allowed_registries
+    )
+    findings.extend(vetted.findings)
+    if snapshot.prometheus_problem and (
+        found := prometheus_finding(spec.rollout.analysis.prometheus_address or "", snapshot.prometheus_problem)
+    ):
+        findings.append(found)
+    # Look-alikes still hold GPUs: the placement ledger counts them like any other workload.
+    snapshot = replace(
+        snapshot, pods=owned, other_pods=(*snapshot.other_pods, *foreign), revisions=dict(vetted.trusted)
+    )
+    revisions = dict(vetted.trusted)
     revisions[desired] = desired_spec
     pairs = group_pairs(name, snapshot.pods, revisions, snapshot.routing)
+    published = snapshot.routing.fingerprint() if snapshot.routing is not None else None
+    pairs, changed_drains = _vet_drains(pairs, table_is_own(published, old_status.routing.fingerprint), now)
+    if (found := drain_finding(changed_drains)) is not None:
+        findings.append(found)
     stable = old_status.revisions.stable.name if old_status.revisions.stable else infer_stable(pairs, desired)
     counts = _revision_counts(pairs)
     # 1b. the analysis step: this pass's gate verdicts (observed by the reconcile) folded into its progress
@@ -222,6 +260,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
 
     # 2.-4. pair actions
     actions = _PairActions(snapshot, pairs, revisions, targets, now)
+    actions.held = vetted.held
     actions.finish_drains()
     actions.repair()
     actions.converge()
@@ -246,8 +285,12 @@ def plan_pool(snapshot: Snapshot) -> Plan:
                 )
             }
         )
+    conditions, hold_s = untrusted_input_condition(status.conditions, findings, now, generation)
+    status = status.model_copy(update={"conditions": conditions})
     events.extend(transition_events(old_status, status))
     requeue = actions.requeue_after(decision)
+    if hold_s is not None:
+        requeue = min(requeue, max(1.0, hold_s))
 
     # 7. the eval Job of the current step, created once per (revision, step)
     eval_job = _eval_job_needed(snapshot, desired, decision)
@@ -306,7 +349,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
                     f"{scale_to} pairs: {ratio.message}",
                 )
             )
-    missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in snapshot.revisions))
+    # Snapshots to write: only revisions the planner holds a spec for (the live spec's); a snapshot that is
+    # gone cannot be re-derived from anything trustworthy, and one that is held is never overwritten.
+    missing = tuple(sorted(r for r, n in targets.items() if n > 0 and r not in raw_revisions and r in revisions))
     return Plan(
         rollout_first=decision.status if decision.persist_first else None,
         snapshots=missing,
@@ -328,6 +373,64 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             for pod in snapshot.pods
             if pod.pool == name and pod.label_drift and pod.built_revision and not pod.deleting
         ),
+    )
+
+
+def _recorded_digests(status: InferencePoolStatus) -> dict[str, str]:
+    """Snapshot digests the operator recorded in status, by revision (status is written only by the operator)."""
+    revs = (status.revisions.stable, status.revisions.canary)
+    return {r.name: r.digest for r in revs if r is not None and r.digest}
+
+
+def _vet_drains(pairs: list[PairView], own_table: bool, now: datetime) -> tuple[list[PairView], dict[str, str]]:
+    """Pairs with their drain records vetted (`tandem.core.integrity.vet_drain`), and why each changed."""
+    out: list[PairView] = []
+    changed: dict[str, str] = {}
+    for pair in pairs:
+        if pair.draining_since is None:
+            out.append(pair)
+            continue
+        since, why = vet_drain(DrainRecord(pair.id, pair.draining_since, pair.ready), own_table=own_table, now=now)
+        if why:
+            changed[pair.id] = why
+        out.append(replace(pair, draining_since=since))
+    return out, changed
+
+
+def untrusted_input_condition(
+    conditions: list[Condition], findings: list[Finding], now: datetime, generation: int
+) -> tuple[list[Condition], float | None]:
+    """The `UntrustedInput` condition for this pass's findings, and seconds until a held True may clear.
+
+    True (first finding's reason, every message) while something is refused; kept True for
+    `CONDITION_HOLD` after the last finding so a one-pass repair is still visible; then False. A pool
+    that never had a finding gets no such condition at all.
+    """
+    old = c.find(conditions, c.CONDITION_UNTRUSTED_INPUT)
+    if findings:
+        message = "; ".join(f.message for f in findings)
+        return (
+            c.set_condition(
+                conditions, c.CONDITION_UNTRUSTED_INPUT, "True", findings[0].reason, message, now, generation
+            ),
+            None,
+        )
+    if old is None or old.status != "True":
+        return conditions, None
+    clear_at = old.last_transition_time + CONDITION_HOLD
+    if now < clear_at:
+        return conditions, (clear_at - now).total_seconds()
+    return (
+        c.set_condition(
+            conditions,
+            c.CONDITION_UNTRUSTED_INPUT,
+            "False",
+            c.REASON_NO_UNTRUSTED_INPUT,
+            "nothing untrusted observed",
+            now,
+            generation,
+        ),
+        None,
     )
 
 
@@ -388,6 +491,8 @@ class _PairActions:
         self.insufficient_gpu = 0
         self.waiting_for_drain = False
         self.missing_snapshot: set[str] = set()
+        self.held: frozenset[str] = frozenset()
+        """Revisions whose snapshot exists but is not trusted (tampered, or an image not allowed)."""
         self.recreated: set[str] = set()
         self.drain_timeout = parse_duration(spec.pairs.drain_timeout)
         self.orphan_timeout = parse_duration(spec.pairs.orphan_timeout)
@@ -626,8 +731,14 @@ class _PairActions:
 
 
 def transition_events(old: InferencePoolStatus, new: InferencePoolStatus) -> list[Event]:
-    """Events for conditions whose status or reason changed this pass (Degraded, Ready, KVCacheDegraded)."""
+    """Events for conditions whose status or reason changed this pass (Degraded, Ready, KVCacheDegraded), and
+    a Warning whenever `UntrustedInput` is True with a new reason or message (what was refused changed)."""
     out = []
+    was = c.find(old.conditions, c.CONDITION_UNTRUSTED_INPUT)
+    now_ = c.find(new.conditions, c.CONDITION_UNTRUSTED_INPUT)
+    key = (now_.status, now_.reason, now_.message) if now_ is not None else None
+    if now_ is not None and now_.status == "True" and (was is None or (was.status, was.reason, was.message) != key):
+        out.append(Event(EVENT_WARNING, now_.reason, now_.message))
     for kind in (c.CONDITION_DEGRADED, c.CONDITION_KV_CACHE_DEGRADED, c.CONDITION_READY):
         before, after = c.find(old.conditions, kind), c.find(new.conditions, kind)
         if after is None or (before is not None and (before.status, before.reason) == (after.status, after.reason)):
@@ -674,7 +785,12 @@ def build_table(
         drain_text = None
         if since is not None:
             old = previous.get(index)
-            drain_text = old.draining_since if old and old.draining_since else since.isoformat().replace("+00:00", "Z")
+            # Keep the published text when it says the same instant (a stable fingerprint); a vetted
+            # (restarted) drain record is rewritten with the start the planner used.
+            kept = (
+                old.draining_since if old and old.draining_since and _same_instant(old.draining_since, since) else None
+            )
+            drain_text = kept or since.isoformat().replace("+00:00", "Z")
         pairs.append(
             Pair(
                 id=f"{pool}-p{index}",
@@ -740,6 +856,13 @@ def build_table(
     )
 
 
+def _same_instant(text: str, when: datetime) -> bool:
+    try:
+        return parse_time(text) == when
+    except ValueError:
+        return False
+
+
 def _revision(snapshot: Snapshot, rev: str) -> RevisionSpec | None:
     """The spec of revision ``rev``: its snapshot, or the pool's current spec when that is ``rev``."""
     spec = snapshot.revisions.get(rev)
@@ -757,10 +880,10 @@ def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple
     if spec is not None:
         return spec.prefill.instances, spec.decode.instances
     prefill = (
-        max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 0
+        max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 1
     )
     decode = (
-        max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 0
+        max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 1
     )
     return prefill, decode
 
@@ -787,10 +910,15 @@ def summarize(
     )
     replicas = spec.pairs.replicas
 
+    recorded = _recorded_digests(old)
+
     def rev_status(rev: str | None) -> RevisionStatus | None:
         if not rev:
             return None
         rspec = revisions.get(rev)
+        # The digest of the snapshot pods of this revision are built from; a held (untrusted) snapshot keeps
+        # the digest recorded before, so a forged one is never adopted.
+        digest = snapshot_digest(rspec) if rspec is not None else recorded.get(rev, "")
         members = [p for p in live if p.revision == rev]
         serving = [p for p in ready if p.revision == rev]
         if decision.canary and table.revisions.canary_weight_percent is not None:
@@ -805,6 +933,7 @@ def summarize(
             name=rev,
             version=rspec.stack.version if rspec else "",
             image=rspec.stack.image if rspec else "",
+            digest=digest,
             pairs=len(members),
             ready_pairs=len(serving),
             weight_percent=max(0, min(100, weight)),
@@ -876,11 +1005,20 @@ def summarize(
                 f"{waiting} pair(s) or instance(s) waiting for free {spec.placement.gpu_resource}",
             )
         )
-    if actions.missing_snapshot:
+    held = actions.missing_snapshot & actions.held
+    if held:
+        problems.append(
+            (
+                c.REASON_SNAPSHOT_TAMPERED,
+                f"revision(s) {', '.join(sorted(held))} held: their snapshot is not trusted (see UntrustedInput); "
+                "their pods are not recreated",
+            )
+        )
+    if actions.missing_snapshot - held:
         problems.append(
             (
                 c.REASON_REVISION_MISSING,
-                f"no snapshot for revision(s) {', '.join(sorted(actions.missing_snapshot))}: "
+                f"no snapshot for revision(s) {', '.join(sorted(actions.missing_snapshot - held))}: "
                 "their pods cannot be recreated",
             )
         )

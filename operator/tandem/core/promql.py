@@ -49,11 +49,12 @@ Worked example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final, Literal
 
@@ -391,6 +392,9 @@ class QueryResult:
     """Why it failed: Prometheus ``errorType: error`` or the client's exception, at most 512 characters."""
     elapsed_s: float | None = None
     """Wall time of the call, when the adapter measured it."""
+    sample_time: float | None = None
+    """Unix seconds of the newest raw sample behind the result (:func:`freshness_query`); ``0.0`` when the
+    series it reads have no current sample; None when unknown (no selector to ask about)."""
 
 
 MAX_ERROR_CHARS: Final = 512
@@ -533,7 +537,134 @@ def parse_query_response(http_status: int, body: bytes | str, *, query: str = ""
     )
 
 
+# --- freshness -------------------------------------------------------------------------------------
+#
+# Why: an instant query answers every series stamped with the *evaluation* time, so the timestamp of
+# ``histogram_quantile(0.9, sum by (le) (rate(x[1m])))`` says nothing about when ``x`` was last scraped:
+# a series that stopped updating looks fresh until it leaves the rate window. ``timestamp()`` applied
+# directly to a vector selector is the one PromQL form that returns the samples' own timestamps, so
+# freshness is asked separately: for every selector the query reads, the newest sample time
+# (``max(timestamp(sel))``), and of those the oldest (``min``): "every input of this query was
+# scraped at or after T". Selectors with no current sample drop out (a never-created error series must
+# not make ``ErrorRate`` stale); if none has one, the answer is empty and the result is stale.
+#
+# Worked example: ``sum(rate(a{pool="p"}[1m])) / sum(rate(b{pool="p"}[1m]))`` →
+#   min(label_replace(max(timestamp(a{pool="p"})), "tandem_selector", "0", "", "")
+#    or label_replace(max(timestamp(b{pool="p"})), "tandem_selector", "1", "", ""))
+#   # tandem: freshness of <sha256 of the query, 16 hex>
+# If ``b`` was last scraped at 1700000000 and ``a`` at 1700000090, the answer is 1700000000.
+
+FRESHNESS_MARK: Final = "# tandem: freshness of "
+_IDENT_TAIL = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*\s*$")
+_KEYWORDS: Final = frozenset(
+    {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless", "atan2"}
+)
+
+
+def query_selectors(query: str) -> tuple[str, ...]:
+    """The vector selectors written with braces (``name{...}`` or ``{...}``) in ``query``, in order, distinct.
+
+    A small scanner skips strings and ``#`` comments, so a brace inside a label value is not a selector.
+    Bare names without braces (``up``) are not found: their freshness stays unknown.
+    """
+    found: list[str] = []
+    i, n = 0, len(query)
+    while i < n:
+        ch = query[i]
+        if ch == "#":
+            end = query.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if ch in "\"'`":
+            i = _skip_string(query, i)
+            continue
+        if ch == "{":
+            end = i + 1
+            while end < n and query[end] != "}":
+                end = _skip_string(query, end) if query[end] in "\"'`" else end + 1
+            if end >= n:
+                return tuple(found)  # unbalanced: Prometheus will refuse the query itself
+            head = _IDENT_TAIL.search(query, 0, i)
+            name = head.group(0).strip() if head and head.group(0).strip() not in _KEYWORDS else ""
+            selector = name + query[i : end + 1]
+            if selector not in found:
+                found.append(selector)
+            i = end + 1
+            continue
+        i += 1
+    return tuple(found)
+
+
+def _skip_string(text: str, start: int) -> int:
+    quote = text[start]
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\" and quote != "`":
+            i += 2
+            continue
+        if text[i] == quote:
+            return i + 1
+        i += 1
+    return len(text)
+
+
+def query_digest(query: str) -> str:
+    """16 hex characters of sha256(query): ties a freshness query to the query it describes (logs, fakes)."""
+    return hashlib.sha256(query.encode("utf-8")).hexdigest()[:16]
+
+
+def freshness_query(query: str) -> str | None:
+    """The query answering "when were the inputs of ``query`` last scraped" (see above), or None if it has none."""
+    selectors = query_selectors(query)
+    if not selectors:
+        return None
+    parts = [f"max(timestamp({sel}))" for sel in selectors]
+    if len(parts) == 1:
+        body = parts[0]
+    else:
+        body = (
+            "min("
+            + " or ".join(f'label_replace({part}, "tandem_selector", "{i}", "", "")' for i, part in enumerate(parts))
+            + ")"
+        )
+    return f"{body}\n{FRESHNESS_MARK}{query_digest(query)}"
+
+
+def freshness_of(query: str) -> str | None:
+    """The digest a freshness query names (:func:`query_digest` of its data query), or None for other queries."""
+    at = query.rfind(FRESHNESS_MARK)
+    return query[at + len(FRESHNESS_MARK) :].strip() or None if at >= 0 else None
+
+
+def attach_freshness(data: QueryResult, freshness: QueryResult | None) -> QueryResult:
+    """``data`` with :attr:`QueryResult.sample_time` from the answer of its :func:`freshness_query`.
+
+    No freshness query (None) leaves the data as it is. A freshness query that failed turns a good data
+    result into the same failure (freshness unknown is never fresh). An empty answer means no input has a
+    current sample: ``sample_time = 0.0`` (stale). Anything but one finite value is unusable.
+    """
+    if freshness is None or data.status is not QueryStatus.OK:
+        return data
+    if freshness.status is not QueryStatus.OK or freshness.http_status not in (None, 200):
+        return replace(
+            data,
+            status=freshness.status,
+            http_status=freshness.http_status,
+            error=_bounded(f"freshness query: {freshness.error or freshness.status.value}"),
+        )
+    if not freshness.series:
+        return replace(data, sample_time=0.0)
+    try:
+        newest = parse_sample_value(freshness.series[0].value)
+    except ValueError:
+        newest = math.nan
+    if len(freshness.series) != 1 or not math.isfinite(newest):
+        return replace(data, status=QueryStatus.UNPARSABLE, error="freshness query: not one finite timestamp")
+    return replace(data, sample_time=newest)
+
+
 __all__ = [
+    "FRESHNESS_MARK",
     "LABEL_NAMESPACE",
     "LABEL_PAIR",
     "LABEL_POD",
@@ -556,12 +687,17 @@ __all__ = [
     "QueryStatus",
     "QueryVars",
     "Series",
+    "attach_freshness",
     "compute_rate_window",
     "format_duration",
+    "freshness_of",
+    "freshness_query",
     "gate_query_text",
     "gate_role",
     "parse_prom_duration",
     "parse_query_response",
     "parse_sample_value",
+    "query_digest",
+    "query_selectors",
     "render_query",
 ]

@@ -5,6 +5,12 @@ What it owns: the PromQL the autoscaler reads (vLLM metric names, the series lab
 query results. Only instances of *serving* pairs count, and each must report exactly one finite sample;
 anything else is missing, so the autoscaler sees partial data (scale-up allowed, scale-down never)
 or no data (hold). Like the gates, NaN, ±Inf, stale and multi-series values are never a number.
+
+Staleness comes from the samples' own timestamps (an instant query stamps its answer with the evaluation
+time): each query has a freshness query (:func:`freshness_queries`), per pod for the gauges
+(``max by (pod) (timestamp(gauge{...}))``) and `tandem.core.promql.freshness_query` for the pool-wide
+rates. A value whose inputs were last scraped more than ``max_age_s`` ago (2 × the scrape interval), or
+whose freshness is unknown, is missing.
 """
 
 from __future__ import annotations
@@ -14,7 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tandem.core.autoscale import InstanceSample, MetricsSnapshot, PoolSample
-from tandem.core.promql import QueryResult, QueryStatus, parse_sample_value
+from tandem.core.promql import (
+    QueryResult,
+    QueryStatus,
+    attach_freshness,
+    freshness_query,
+    parse_sample_value,
+    query_selectors,
+)
 
 RUNNING = "running"
 WAITING = "waiting"
@@ -22,6 +35,7 @@ KV = "kv"
 TTFT_P95 = "ttft_p95"
 TPOT_P90 = "tpot_p90"
 HIT_RATIO = "hit_ratio"
+PER_POD = (RUNNING, WAITING, KV)
 
 
 def _sel(namespace: str, pool: str, role: str | None = None) -> str:
@@ -50,6 +64,36 @@ def scaling_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
             f"sum(rate(vllm:prefix_cache_queries_total{{{pre}}}[{window}]))"
         ),
     }
+
+
+def freshness_queries(queries: Mapping[str, str]) -> dict[str, str]:
+    """The freshness query of each scaling query, by the same key (see the module docstring)."""
+    out: dict[str, str] = {}
+    for key, query in queries.items():
+        if key in PER_POD and (selectors := query_selectors(query)):
+            out[key] = f"max by (pod) (timestamp({selectors[0]}))"
+        elif (fresh := freshness_query(query)) is not None:
+            out[key] = fresh
+    return out
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """The freshness answers of one evaluation and how old an input may be."""
+
+    results: Mapping[str, QueryResult]
+    now_s: float
+    max_age_s: float
+
+    def fresh(self, sample_time: float | None) -> bool:
+        return sample_time is not None and sample_time > 0 and abs(self.now_s - sample_time) <= self.max_age_s
+
+    def fresh_pods(self, key: str) -> set[str]:
+        """Pods whose gauge ``key`` has a current sample (an unusable answer: none)."""
+        result = self.results.get(key)
+        if result is None or result.status is not QueryStatus.OK or result.warnings:
+            return set()
+        return {s.labels.get("pod", "") for s in result.series if self.fresh(_finite(s.value))} - {""}
 
 
 def _finite(value: str) -> float | None:
@@ -92,9 +136,30 @@ class ServingInstance:
     role: str
 
 
-def build_snapshot(results: Mapping[str, QueryResult], serving: Iterable[ServingInstance]) -> MetricsSnapshot:
-    """Turn the query results into the autoscaler's input (instances of serving pairs only)."""
-    running, waiting, kv = _per_pod(results.get(RUNNING)), _per_pod(results.get(WAITING)), _per_pod(results.get(KV))
+def build_snapshot(
+    results: Mapping[str, QueryResult], serving: Iterable[ServingInstance], freshness: Freshness | None = None
+) -> MetricsSnapshot:
+    """Turn the query results into the autoscaler's input (instances of serving pairs only).
+
+    With ``freshness``, a pod's gauge counts only when that pod's sample is current, and a pool-wide value
+    only when its inputs are (None: no freshness check, for callers without one).
+    """
+
+    def per_pod(key: str) -> dict[str, float]:
+        values = _per_pod(results.get(key))
+        if freshness is None:
+            return values
+        fresh = freshness.fresh_pods(key)
+        return {pod: v for pod, v in values.items() if pod in fresh}
+
+    def scalar(key: str) -> float | None:
+        result = results.get(key)
+        if freshness is None or result is None:
+            return _scalar(result)
+        checked = attach_freshness(result, freshness.results.get(key))
+        return _scalar(checked) if freshness.fresh(checked.sample_time) else None
+
+    running, waiting, kv = per_pod(RUNNING), per_pod(WAITING), per_pod(KV)
     instances = []
     prefill = decode = 0
     for inst in serving:
@@ -114,9 +179,9 @@ def build_snapshot(results: Mapping[str, QueryResult], serving: Iterable[Serving
     return MetricsSnapshot(
         instances=tuple(instances),
         pool=PoolSample(
-            ttft_p95_s=_scalar(results.get(TTFT_P95)),
-            tpot_p90_s=_scalar(results.get(TPOT_P90)),
-            local_hit_ratio=_scalar(results.get(HIT_RATIO)),
+            ttft_p95_s=scalar(TTFT_P95),
+            tpot_p90_s=scalar(TPOT_P90),
+            local_hit_ratio=scalar(HIT_RATIO),
         ),
         expected_prefill=prefill,
         expected_decode=decode,

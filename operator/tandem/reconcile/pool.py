@@ -63,11 +63,18 @@ from tandem.core.analysisplan import AnalysisRequest, analysis_request
 from tandem.core.autoscale import AutoscaleState, RatioState
 from tandem.core.cachewiring import wiring_from_cache
 from tandem.core.gates import REASON_METRICS_UNAVAILABLE, VERDICT_ERROR
+from tandem.core.integrity import credentials_problem, image_allowed
 from tandem.core.observed import EvalJobView, ObservedPod, Snapshot, parse_eval_job, parse_node, parse_pod
 from tandem.core.plan import Plan, plan_pool
 from tandem.core.promql import QueryResult, QueryStatus
 from tandem.core.rollout import EVENT_WARNING, Event
-from tandem.core.scalemetrics import ServingInstance, build_snapshot, scaling_queries
+from tandem.core.scalemetrics import (
+    Freshness,
+    ServingInstance,
+    build_snapshot,
+    freshness_queries,
+    scaling_queries,
+)
 from tandem.routing.table import CONFIGMAP_KEY, RoutingTable
 
 log = logging.getLogger("tandem.reconcile")
@@ -97,19 +104,39 @@ class PoolMemory:
 
 @dataclass
 class Metrics:
-    """How a pass reaches Prometheus: the operator's default provider, plus per-pool overrides."""
+    """How a pass reaches Prometheus: the operator's default provider, plus per-pool overrides.
+
+    A per-pool address (``analysis.prometheusAddress``) is written by whoever may edit the pool, so it gets
+    the operator's credentials (``factory``) only when `tandem.core.integrity.credentials_problem` allows
+    it: the operator's own Prometheus (``default_url``), or https under an ``allowed_addresses`` entry.
+    Any other address is queried through ``anonymous`` (no credentials), or not at all without one.
+    """
 
     default: MetricsProvider | None = None
     factory: Callable[[str], MetricsProvider] | None = None
     scrape_interval_s: float = 15.0
-    _by_url: dict[str, MetricsProvider] = field(default_factory=dict)
+    anonymous: Callable[[str], MetricsProvider] | None = None
+    default_url: str = ""
+    allowed_addresses: tuple[str, ...] = ()
+    _by_url: dict[tuple[str, bool], MetricsProvider] = field(default_factory=dict)
+
+    def credentials_problem(self, pool: InferencePool) -> str:
+        """Why this pool's own Prometheus address may not get the credentials ("" when it may, or has none)."""
+        url = pool.spec.rollout.analysis.prometheus_address
+        if not url or self.factory is None:
+            return ""
+        return credentials_problem(url, self.default_url, self.allowed_addresses)
 
     def for_pool(self, pool: InferencePool) -> MetricsProvider | None:
         url = pool.spec.rollout.analysis.prometheus_address
         if url and self.factory is not None:
-            if url not in self._by_url:
-                self._by_url[url] = self.factory(url)
-            return self._by_url[url]
+            trusted = not self.credentials_problem(pool)
+            make = self.factory if trusted else self.anonymous
+            if make is None:
+                return None
+            if (url, trusted) not in self._by_url:
+                self._by_url[(url, trusted)] = make(url)
+            return self._by_url[(url, trusted)]
         return self.default
 
 
@@ -147,6 +174,7 @@ async def observe(
     now: datetime,
     metrics: Metrics | None = None,
     peer_namespaces: Sequence[str] = (),
+    allowed_registries: Sequence[str] = (),
 ) -> tuple[Snapshot, dict[str, Any]] | None:
     """Step 1: one snapshot of the cluster state the planner needs (None when the pool is gone)."""
     raw = await kube.get_custom(PLURAL, namespace, name)
@@ -183,6 +211,8 @@ async def observe(
         cache=cache,
         cache_problem=problem,
         scrape_interval_s=metrics.scrape_interval_s if metrics else 15.0,
+        allowed_registries=tuple(allowed_registries),
+        prometheus_problem=metrics.credentials_problem(pool) if metrics else "",
     )
     return snapshot, raw
 
@@ -268,18 +298,26 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
                 serving.extend(ServingInstance(e.pod, pair.id, "prefill") for e in pair.prefill)
                 serving.extend(ServingInstance(e.pod, pair.id, "decode") for e in pair.decode)
     results: dict[str, QueryResult] = {}
+    freshness: Freshness | None = None
     if provider is not None:
         window = f"{int(max(parse_duration(spec.interval), 4 * snapshot.scrape_interval_s))}s"
         queries = scaling_queries(pool.metadata.namespace, pool.metadata.name, window)
+        fresh = freshness_queries(queries)  # the answers are stamped with the evaluation time: ask separately
+        asked = [*queries.values(), *fresh.values()]
         timeout = min(10.0, parse_duration(spec.interval) / 2)
-        answers = await asyncio.gather(*(provider.aquery(q, timeout_s=timeout) for q in queries.values()))
-        results = dict(zip(queries, answers, strict=True))
+        answers = await asyncio.gather(*(provider.aquery(q, timeout_s=timeout) for q in asked))
+        results = dict(zip(queries, answers[: len(queries)], strict=True))
+        freshness = Freshness(
+            dict(zip(fresh, answers[len(queries) :], strict=True)),
+            now_s=snapshot.now.timestamp(),
+            max_age_s=2 * snapshot.scrape_interval_s,
+        )
     else:
         results = {k: QueryResult(QueryStatus.REFUSED, error="no Prometheus configured") for k in ("running",)}
     memory.last_autoscale_eval = snapshot.now
     return dataclasses.replace(
         snapshot,
-        scaling_metrics=build_snapshot(results, serving),
+        scaling_metrics=build_snapshot(results, serving, freshness),
         autoscale_state=memory.autoscale_state,
         ratio_state=memory.ratio_state,
     )
@@ -327,8 +365,13 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
         writes += 1
     cache_name = pool.spec.kv_cache.mooncake_ref.name if pool.spec.kv_cache.mooncake_ref else None
     for create in plan.creates:
-        spec = plan.revisions.get(create.revision) or snapshot.revisions.get(create.revision)
-        if spec is None:
+        # Only what the planner vetted (tandem.core.integrity): never a snapshot it held back, and never an
+        # image outside the allow-list unless it is the live spec's own (admitted by the API server).
+        spec = plan.revisions.get(create.revision)
+        if spec is None or (
+            create.revision != plan.desired_revision
+            and not image_allowed(spec.stack.image, snapshot.allowed_registries)
+        ):
             continue
         body = build_instance_pod(
             InstanceParams(
@@ -487,6 +530,7 @@ async def reconcile_pool(
     memory: PoolMemory | None = None,
     placement_lock: asyncio.Lock | None = None,
     peer_namespaces: Sequence[str] = (),
+    allowed_registries: Sequence[str] = (),
 ) -> PassResult:
     """One full pass; never raises for API errors (they become a condition and a backoff).
 
@@ -498,7 +542,7 @@ async def reconcile_pool(
     now = clock()
     lock = placement_lock or contextlib.nullcontext()
     try:
-        observed = await observe(kube, namespace, name, now, metrics, peer_namespaces)  # 1. observe
+        observed = await observe(kube, namespace, name, now, metrics, peer_namespaces, allowed_registries)  # 1.
         if observed is None:
             return PassResult(requeue_after=None, duration=time.monotonic() - started)
         snapshot, raw = observed
@@ -544,8 +588,13 @@ async def _act_and_report(
         return PassResult(requeue_after=None, writes=writes, plan=plan, duration=time.monotonic() - started)
     except KubeError as exc:
         reason, backoff = _classify(exc)
+        # The plan's routing table was most likely not published (it goes out last), so status keeps the
+        # fingerprint of the table that is: status is what marks the published table as the operator's own
+        # (tandem.core.integrity, rule 2), and a mismatch would restart every drain on each failing pass.
+        old_routing = (snapshot.pool.status or InferencePoolStatus()).routing
         status = status.model_copy(
             update={
+                "routing": old_routing,
                 "conditions": c.set_condition(
                     status.conditions,
                     c.CONDITION_DEGRADED,
@@ -554,7 +603,7 @@ async def _act_and_report(
                     str(exc)[:1000],
                     now,
                     snapshot.pool.metadata.generation,
-                )
+                ),
             }
         )
         plan = Plan(

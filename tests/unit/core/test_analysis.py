@@ -228,7 +228,7 @@ def test_mp02_mp03_invalid_results_never_promote_over_100_runs(reply: fp.Reply) 
     for i in range(100):
         now = at(30 * i)
         window = g.SampleWindow.for_analysis(spec, now=now, step_started_at=T0, scrape_interval_s=15)
-        v = g.evaluate_gate(gate, reply.build(now.timestamp(), "q"), None, window)
+        v = g.evaluate_gate(gate, fp.answer(reply, now.timestamp()), None, window)
         ev = a.evaluate_step(progress, [v], spec, T0, now)
         progress = ev.progress
         assert ev.outcome is a.Outcome.CONTINUE, (i, v)

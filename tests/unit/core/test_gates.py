@@ -25,8 +25,12 @@ def gate(success: str | None = "result <= 0.5", failure: str | None = None, **kw
     return MetricGate(name="ttft", template="TTFTP90", success_condition=success, failure_condition=failure, **kw)  # type: ignore[arg-type]
 
 
-def res(reply: fp.Reply, query: str = "canary-q", now: datetime = NOW) -> QueryResult:
-    return reply.build(now.timestamp(), query)
+CANARY_Q = 'canary_q{revision="c"}'
+
+
+def res(reply: fp.Reply, query: str = CANARY_Q, now: datetime = NOW) -> QueryResult:
+    """The answer and its freshness, as the adapter combines them (a real answer is stamped ``now``)."""
+    return fp.answer(reply, now.timestamp(), query)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +67,7 @@ def test_evaluate_gate_verdicts(reply: fp.Reply, want_verdict: str, want_reason:
     v = g.evaluate_gate(gate(), res(reply), None, WINDOW)
     assert (v.verdict, v.reason) == (want_verdict, want_reason)
     # every verdict is explained
-    assert v.name == "ttft" and v.condition == "success: result <= 0.5" and v.query == "canary-q"
+    assert v.name == "ttft" and v.condition == "success: result <= 0.5" and v.query == CANARY_Q
     assert v.evaluated_at is not None
 
 
@@ -156,15 +160,15 @@ REL = "result <= baseline * 1.2"
     ],
 )
 def test_evaluate_gate_with_baseline(canary: fp.Reply, baseline: fp.Reply, want_verdict: str, want_reason: str) -> None:
-    v = g.evaluate_gate(gate(REL), res(canary), res(baseline, "baseline-q"), WINDOW)
+    v = g.evaluate_gate(gate(REL), res(canary), res(baseline, 'baseline_q{revision="s"}'), WINDOW)
     assert (v.verdict, v.reason) == (want_verdict, want_reason)
 
 
 def test_baseline_value_and_query_are_shown() -> None:
-    v = g.evaluate_gate(gate(REL), res(fp.value("0.7")), res(fp.value("0.47"), "baseline-q"), WINDOW)
-    assert (v.value, v.baseline, v.query) == ("0.7", "0.47", "canary-q")
-    bad = g.evaluate_gate(gate(REL), res(fp.value("0.7")), res(fp.http(400), "baseline-q"), WINDOW)
-    assert bad.query == "baseline-q"  # the query that is broken
+    v = g.evaluate_gate(gate(REL), res(fp.value("0.7")), res(fp.value("0.47"), 'baseline_q{revision="s"}'), WINDOW)
+    assert (v.value, v.baseline, v.query) == ("0.7", "0.47", CANARY_Q)
+    bad = g.evaluate_gate(gate(REL), res(fp.value("0.7")), res(fp.http(400), 'baseline_q{revision="s"}'), WINDOW)
+    assert bad.query == 'baseline_q{revision="s"}'  # the query that is broken
 
 
 def test_baseline_required_when_the_condition_reads_it() -> None:

@@ -123,7 +123,7 @@ def test_foreign_drain_record_in_the_routing_table_is_not_acted_on(since: str) -
     pods = {p.name: p.uid for p in world.pods.values()}
     published = world.routing
     forged = [p.model_copy(update={"state": PairState.DRAINING, "draining_since": since}) for p in published.pairs]
-    world.routing = published.model_copy(update={"pairs": [forged[0], *published.pairs[1:]]})
+    world.routing = published.model_copy(update={"pairs": (forged[0], *published.pairs[1:])})
     for _ in range(10):  # > drainTimeout (30 s)
         plan = world.tick()
         assert plan.creates == () and plan.deletes == ()

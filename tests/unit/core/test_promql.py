@@ -15,15 +15,22 @@ from tandem.core.promql import (
     SERIES_LABELS,
     TEMPLATES,
     QueryRenderError,
+    QueryResult,
     QueryStatus,
     QueryVars,
+    Series,
+    attach_freshness,
     compute_rate_window,
     format_duration,
+    freshness_of,
+    freshness_query,
     gate_query_text,
     gate_role,
     parse_prom_duration,
     parse_query_response,
     parse_sample_value,
+    query_digest,
+    query_selectors,
     render_query,
 )
 
@@ -469,3 +476,74 @@ def test_sample_values_round_trip_exactly(x: float) -> None:
     assert out.series[0].value == text
     back = parse_sample_value(text)
     assert (math.isnan(back) and math.isnan(x)) or back == x
+
+
+# --- freshness (issue 19 item 7) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "want"),
+    [
+        pytest.param('up{pool="p"}', ('up{pool="p"}',), id="one selector"),
+        pytest.param(
+            'sum(rate(a{pool="p"}[1m])) / sum(rate(b:c{pool="p"}[1m]))',
+            ('a{pool="p"}', 'b:c{pool="p"}'),
+            id="two selectors, range stripped",
+        ),
+        pytest.param(
+            'histogram_quantile(0.9, sum by (le) (rate(x_bucket{role=~"a|b"}[5m])))',
+            ('x_bucket{role=~"a|b"}',),
+            id="by (le) is not a selector",
+        ),
+        pytest.param('rate(x{v="}{"}[1m]) + rate(x{v="}{"}[1m])', ('x{v="}{"}',), id="braces in a value, repeated"),
+        pytest.param('vector(0) or {__name__="m"}', ('{__name__="m"}',), id="no name before the braces"),
+        pytest.param("# a{b}\nvector(1)", (), id="braces in a comment"),
+        pytest.param("vector(1) + up", (), id="bare names are not found"),
+        pytest.param('up{pool="p"', (), id="unbalanced"),
+    ],
+)
+def test_query_selectors_finds_braced_selectors_outside_strings_and_comments(query: str, want: tuple[str, ...]) -> None:
+    assert query_selectors(query) == want
+
+
+def test_freshness_query_takes_the_oldest_newest_sample_of_each_selector() -> None:
+    q = 'sum(rate(a{pool="p"}[1m])) / sum(rate(b{pool="p"}[1m]))'
+    fresh = freshness_query(q)
+    assert fresh is not None
+    assert fresh.startswith(
+        'min(label_replace(max(timestamp(a{pool="p"})), "tandem_selector", "0", "", "") or '
+        'label_replace(max(timestamp(b{pool="p"})), "tandem_selector", "1", "", ""))\n'
+    )
+    assert freshness_of(fresh) == query_digest(q) and freshness_of(q) is None
+    one = 'up{a="b"}'
+    assert freshness_query(one) == f"max(timestamp({one}))\n# tandem: freshness of {query_digest(one)}"
+    assert freshness_query("vector(1)") is None
+
+
+def _ok(*values: str) -> QueryResult:
+    return QueryResult(
+        QueryStatus.OK, http_status=200, result_type="vector", series=tuple(Series({}, 100.0, v) for v in values)
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "freshness", "want_status", "want_time"),
+    [
+        pytest.param(_ok("0.4"), None, QueryStatus.OK, None, id="no freshness query: unknown"),
+        pytest.param(_ok("0.4"), _ok("70"), QueryStatus.OK, 70.0, id="newest sample time"),
+        pytest.param(_ok("0.4"), _ok(), QueryStatus.OK, 0.0, id="no current sample: stale"),
+        pytest.param(
+            _ok("0.4"), QueryResult(QueryStatus.TIMEOUT), QueryStatus.TIMEOUT, None, id="freshness failed: data fails"
+        ),
+        pytest.param(_ok("0.4"), _ok("1", "2"), QueryStatus.UNPARSABLE, None, id="two timestamps"),
+        pytest.param(_ok("0.4"), _ok("NaN"), QueryStatus.UNPARSABLE, None, id="NaN timestamp"),
+        pytest.param(
+            QueryResult(QueryStatus.REFUSED), _ok("70"), QueryStatus.REFUSED, None, id="failed data stays failed"
+        ),
+    ],
+)
+def test_attach_freshness(
+    data: QueryResult, freshness: QueryResult | None, want_status: QueryStatus, want_time: float | None
+) -> None:
+    out = attach_freshness(data, freshness)
+    assert (out.status, out.sample_time) == (want_status, want_time)
