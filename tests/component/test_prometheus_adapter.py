@@ -360,6 +360,7 @@ SPEC = AnalysisSpec(initial_delay="60s")
 async def test_evaluate_metric_gates_with_the_fake() -> None:
     now = START + timedelta(minutes=5)
     fake = fp.FakePrometheus(now=lambda: now)
+    fake.script(lambda q: "time_to_first_token_seconds_count" in q, fp.value("42"))  # minSamples 20 met
     fake.script(lambda q: 'revision="new1"' in q and "time_to_first_token" in q, fp.value("0.70"))
     fake.script(lambda q: 'revision="old1"' in q and "time_to_first_token" in q, fp.value("0.47"))
     fake.script(lambda q: "request_success_total" in q, fp.nan())
@@ -377,7 +378,8 @@ async def test_evaluate_metric_gates_with_the_fake() -> None:
         ("custom", "Error", "InvalidQuery"),
     ]
     assert verdicts[0].value == "0.70" and verdicts[0].baseline == "0.47"
-    assert len(fake.calls) == 3  # canary + baseline for ttft, canary for errors; none for the broken query
+    # canary + baseline + canary request count for ttft, canary + its count for errors; none for the broken query
+    assert len(fake.calls) == 5
 
 
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:
@@ -401,7 +403,8 @@ async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> 
 
 
 async def test_evaluate_metric_gates_against_the_real_adapter(provider: PrometheusProvider) -> None:
-    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    # The test server answers 0.4 to every query, the request count included: no sample floor here.
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5", min_samples=0)
     started = datetime.now(UTC) - timedelta(minutes=5)
     verdicts = await evaluate_metric_gates(
         provider,
