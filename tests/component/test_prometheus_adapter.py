@@ -34,7 +34,7 @@ from tandem.adapters.prometheus import (
     evaluate_metric_gates,
     read_credentials,
 )
-from tandem.api.pool import AnalysisSpec, MetricGate
+from tandem.api.pool import AnalysisSpec, GateComparison, MetricGate
 from tandem.core import gates as g
 from tandem.core.promql import QueryStatus, parse_prom_duration
 from tests.fakes import prometheus as fp
@@ -380,6 +380,46 @@ async def test_evaluate_metric_gates_with_the_fake() -> None:
     assert verdicts[0].value == "0.70" and verdicts[0].baseline == "0.47"
     # canary + baseline + canary request count for ttft, canary + its count for errors; none for the broken query
     assert len(fake.calls) == 5
+
+
+def _revision(rev: str) -> str:
+    return f'revision="{rev}"'
+
+
+async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
+    """The statistical path end to end: every sample query sent once, answers routed to the right arm."""
+    now = START + timedelta(minutes=5)
+    fake = fp.FakePrometheus(now=lambda: now)
+    new, old = _revision("new1"), _revision("old1")
+    tpot = "request_time_per_output_token_seconds"
+    fake.script(lambda q: new in q and f"{tpot}_count" in q, fp.value(300))
+    fake.script(lambda q: old in q and f"{tpot}_count" in q, fp.value(6000))
+    fake.script(lambda q: new in q and f"{tpot}_sum" in q, fp.value(300 * 0.0091))
+    fake.script(lambda q: old in q and f"{tpot}_sum" in q, fp.value(6000 * 0.007))
+    fake.script(lambda q: new in q and "increase" in q and f"{tpot}_bucket" in q,
+                fp.buckets([("0.01", 300), ("0.025", 300), ("+Inf", 300)]))  # fmt: skip
+    fake.script(lambda q: old in q and "increase" in q and f"{tpot}_bucket" in q,
+                fp.buckets([("0.01", 6000), ("0.025", 6000), ("+Inf", 6000)]))  # fmt: skip
+    fake.script(lambda q: tpot in q, fp.value(0.009))  # the p90 itself: the same for both revisions
+    fake.script(lambda q: new in q and q.startswith("(sum(increase") and "error" in q, fp.value(1))
+    fake.script(lambda q: old in q and q.startswith("(sum(increase") and "error" in q, fp.value(30))
+    fake.script(lambda q: new in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(40))
+    fake.script(lambda q: old in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(6000))
+    fake.script(lambda q: "request_success_total" in q, fp.value(0.025))
+    gates = [
+        MetricGate(name="tpot", template="TPOTP90", compare=GateComparison()),
+        MetricGate(name="errors", template="ErrorRate", failure_condition="result > 0.01", compare=GateComparison()),
+    ]
+    verdicts = await evaluate_metric_gates(
+        fake, gates, TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
+    )
+    assert [(v.name, v.verdict, v.reason) for v in verdicts] == [
+        ("tpot", "Failure", "SignificantlyWorse"),
+        ("errors", "Success", "NotSignificantlyWorse"),
+    ]
+    assert "x1.3" in verdicts[0].condition and "errors 1/40" in verdicts[1].condition
+    # tpot: value x2 + (count, buckets, sum) x2; errors: value x2 + (count, errors) x2
+    assert len(fake.calls) == 14 and len({c.query for c in fake.calls}) == 14
 
 
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:

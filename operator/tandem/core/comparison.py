@@ -15,16 +15,17 @@ Rules (α = 1 − ``confidencePercent``/100):
   buckets (sees any shift of the distribution that crosses bucket bounds) and a z-test on the means
   from ``_sum/_count`` with a variance bounded from the buckets (sees a shift that stays inside one
   bucket, such as TPOT × 1.3 inside vLLM's first TPOT bucket of 0-10 ms, where every quantile
-  interpolates to the same value for both revisions). ``p = min(1, 2·min(p_rank, p_mean))``; worse when
+  interpolates to the same value for both revisions). ``p = min(1, k·min(p_rank, p_mean))`` with ``k``
+  the number of informative tests (a rank test over one tie group returns 1 and is not counted); worse when
   ``p < α`` **and** ``mean_canary / mean_stable > maxMeanRatioPercent/100``, so a significant but tiny
   shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
   share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
 
 Worked example (TPOT, ``confidencePercent: 99``, ``maxMeanRatioPercent: 110``): stable 6,000 requests
 with mean 7.0 ms, canary 300 with mean 9.1 ms, all in the first bucket [0, 10 ms]. The rank test
-sees one tie group: ``p_rank = 1``. The variance bound is (10 − 7)·7 = 21 ms² for stable and
-(10 − 9.1)·9.1 = 8.2 ms² for the canary: ``z = 2.1/√(8.2/300 + 21/6000) = 11.97``, ``p_mean ≈ 3e-33``;
-``p = 2·p_mean < 0.01`` and ``9.1/7.0 = 1.30 > 1.10`` → worse.
+sees one tie group (``p_rank = 1``, not counted). The variance bound is (10 − 7)·7 = 21 ms² for stable
+and (10 − 9.1)·9.1 = 8.2 ms² for the canary: ``z = 2.1/√(8.2/300 + 21/6000) = 11.97``,
+``p = p_mean ≈ 3e-33 < 0.01`` and ``9.1/7.0 = 1.30 > 1.10`` → worse.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def compare_latency(
         p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count)
     else:
         p_mean = 1.0
-    p = min(1.0, 2 * min(p_rank, p_mean))
+    informative = [x for x in (p_rank, p_mean) if x < 1.0]
+    p = min(1.0, len(informative) * min(informative)) if informative else 1.0
     level = alpha(confidence_percent)
     ratio = _ratio(m1, m2) if math.isfinite(m1) and math.isfinite(m2) else 1.0
     allowed = max_mean_ratio_percent / 100.0

@@ -56,7 +56,7 @@ def fisher_greater(a: int, n1: int, c: int, n2: int) -> float:
     """One-sided Fisher exact p-value that the canary's error rate (a/n1) exceeds stable's (c/n2).
 
     Example: 1 error in 40 canary requests against 30 in 6,000 stable (0.5 %): K = 31, N = 6,040,
-    ``p = 1 − C(6000,40)/C(6040,40) ≈ 0.186`` — one error in 40 is what 0.5 % produces one time in five.
+    ``p = 1 − C(6009,40)/C(6040,40) ≈ 0.186`` — one error in 40 is what 0.5 % produces one time in five.
     """
     _check_counts(a, n1, c, n2)
     k, n = a + c, n1 + n2
