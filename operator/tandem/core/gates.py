@@ -1,9 +1,10 @@
 """Gate verdicts: one Prometheus query result (or one eval Job) → Success, Failure, NoData or Error.
 
 What it owns: the verdict rules of testing.md §5 and their PascalCase reasons (``REASON_*``), the
-resolution of a gate's queries (canary, and baseline when a condition reads ``baseline``), and the
-eval-gate verdict. Every verdict carries the value, the baseline, the condition and the resolved
-query, so no verdict is unexplained (landscape.md §6).
+resolution of a gate's queries (canary, baseline when a condition reads ``baseline`` or the gate
+compares, and the sample queries), the sample floor (``minSamples``), the statistical comparison with
+stable (``compare``), and the eval-gate verdict. Every verdict carries the value, the baseline, the
+condition and the resolved query, so no verdict is unexplained (landscape.md §6).
 
 What it must not do: query anything, read the clock (``now`` comes in a :class:`SampleWindow`), or
 ever turn an empty, NaN, stale, partial, infinite or multi-series result into a pass.
@@ -43,6 +44,28 @@ With both results valid, the conditions decide (CEL, variables ``result`` and ``
   (Argo's Inconclusive: hold, never pass);
 - a condition that errors or is not boolean (``result == 1`` compares a double with an int and errors
   in CEL: write ``1.0``) → Error ``InvalidQuery``: a broken condition pauses like a broken query.
+
+**Sample size.** A template gate with ``minSamples > 0`` (default 20) also queries the canary's request
+count in the window (``core.promql.template_sample_queries``); the count result passes the same validity
+rules, and a count below ``minSamples`` → NoData ``TooFewSamples`` (never Failure). With ``compare``
+stable's count is checked as well (``BaselineTooFewSamples``). Without sample answers (a caller that
+did not query them) the floor is not checked.
+
+**Comparison** (``compare``, ``core.comparison``): after the sample floor, the window's counts of both
+revisions (errors and requests, or histogram buckets, ``_sum`` and ``_count``) are tested; an invalid
+answer stops the gate by the rules above (stable's NoData with the ``Baseline`` prefix). Then:
+
+=====================  ===================================  =========  ==========================
+ canary worse?          the gate's conditions (if any)       verdict    reason
+=====================  ===================================  =========  ==========================
+ no                     (any)                                Success    ``NotSignificantlyWorse``
+ yes                    none, or they give Failure           Failure    ``SignificantlyWorse``
+ yes                    they give Success (floor not hit)    Success    ``WorseWithinCondition``
+ yes                    both conditions, neither holds       NoData     ``Inconclusive``
+=====================  ===================================  =========  ==========================
+
+The comparison's numbers are appended to the verdict's ``condition``, e.g.
+``failure: result > 0.01; errors 1/40 (2.50 %) vs stable 30/6000 (0.50 %): p=0.187 ≥ 0.01``.
 
 Worked example: ``successCondition: result <= 0.5`` on ``TTFTP90``; Prometheus answers
 ``{"resultType": "vector", "result": [{"metric": {}, "value": [1700000100, "0.475"]}]}``; the step
