@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tandem.api.pool import GateComparison, MetricGate
+from tandem.api.validate import validate_object
 from tandem.core import gates as g
 from tandem.core.promql import QueryRenderError, QueryResult, template_sample_queries
 from tests.fakes import prometheus as fp
@@ -357,3 +358,46 @@ def test_compare_without_condition_is_valid_in_the_api() -> None:
     gate = MetricGate.model_validate({"name": "tpot", "template": "TPOTP90", "compare": {}})
     assert gate.compare == GateComparison(confidence_percent=99, max_mean_ratio_percent=110)
     assert gate.min_samples == 20
+
+
+def _pool(metric: dict[str, object]) -> dict[str, object]:
+    return {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": "speed"},
+        "spec": {
+            "model": {"servedName": "Qwen/Qwen3-8B", "source": "hf://Qwen/Qwen3-8B", "quantization": "bf16"},
+            "stack": {"version": "v1", "image": "docker.io/vllm/vllm-openai-rocm:v0.33.0@sha256:" + "3f" * 32},
+            "rollout": {"analysis": {"metrics": [{"name": "g", **metric}]}},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("metric", "want_error"),
+    [
+        pytest.param({"template": "ErrorRate", "compare": {}}, None, id="compare alone is a gate"),
+        pytest.param(
+            {"template": "TPOTP90", "compare": {"confidencePercent": 95}, "minSamples": 100}, None, id="all fields"
+        ),
+        pytest.param({"template": "ErrorRate"}, "a condition is required", id="neither condition nor compare"),
+        pytest.param(
+            {"template": "LocalKVHitRatio", "compare": {}}, "compare needs a template", id="hit ratio is not a count"
+        ),
+        pytest.param(
+            {"query": "up", "successCondition": "result > 0.0", "compare": {}},
+            "compare needs a template",
+            id="own query has no counts",
+        ),
+        pytest.param(
+            {"template": "TPOTP90", "compare": {"confidencePercent": 100}}, "confidencePercent", id="100 % is no test"
+        ),
+        pytest.param({"template": "TPOTP90", "compare": {}, "minSamples": -1}, "minSamples", id="negative floor"),
+    ],
+)
+def test_validate_compare_and_min_samples(metric: dict[str, object], want_error: str | None) -> None:
+    errors = [str(e) for e in validate_object(_pool(metric))]
+    if want_error is None:
+        assert errors == []
+    else:
+        assert any(want_error in e for e in errors), errors
