@@ -31,8 +31,11 @@ Query results (``vllm:`` names, per revision, over the rendered ``${interval}``)
 before ``now`` against the one a window earlier; TTFT/TPOT quantiles with ``histogram_quantile`` over
 vLLM's buckets; ``ErrorRate`` = engine errors / finished; ``LocalKVHitRatio`` = prefix hits / queries.
 0/0 → ``NaN`` and a revision without series → an empty result, so the gates' NoData rules apply as in
-production. Sample timestamps are the evaluation time (an instant query's). The simulator records a
-request's TTFT when it completes (vLLM does at the first token): a few seconds late for long outputs.
+production. The gates' sample queries (request counts for ``minSamples``; error counts, ``le`` buckets and
+``_sum`` for ``compare``, ``core.promql.template_sample_queries``) are answered from the same scrapes
+(:func:`sample_results`) and judged by the same ``core.gates.evaluate_gate``. Sample timestamps are the
+evaluation time (an instant query's). The simulator records a request's TTFT when it completes (vLLM
+does at the first token): a few seconds late for long outputs.
 
 Statistical floor (§7): errors p₀ → p₁ against a much larger stable arm, one-sample, α = 0.05 one-sided,
 power 0.8: n = (z_α·√(p₀q₀) + z_β·√(p₁q₁))² / (p₁ − p₀)² canary requests (0.5 % → 1.0 %: ≈ 1,600); a
