@@ -35,7 +35,7 @@ from tandem.adapters.prometheus import (
     evaluate_metric_gates,
     read_credentials,
 )
-from tandem.api.pool import AnalysisSpec, MetricGate
+from tandem.api.pool import AnalysisSpec, GateComparison, MetricGate
 from tandem.core import gates as g
 from tandem.core.promql import QueryStatus, freshness_of, parse_prom_duration
 from tests.fakes import prometheus as fp
@@ -363,6 +363,7 @@ SPEC = AnalysisSpec(initial_delay="60s")
 async def test_evaluate_metric_gates_with_the_fake() -> None:
     now = START + timedelta(minutes=5)
     fake = fp.FakePrometheus(now=lambda: now)
+    fake.script(lambda q: "time_to_first_token_seconds_count" in q, fp.value("42"))  # minSamples 20 met
     fake.script(lambda q: 'revision="new1"' in q and "time_to_first_token" in q, fp.value("0.70"))
     fake.script(lambda q: 'revision="old1"' in q and "time_to_first_token" in q, fp.value("0.47"))
     fake.script(lambda q: "request_success_total" in q, fp.nan())
@@ -380,9 +381,10 @@ async def test_evaluate_metric_gates_with_the_fake() -> None:
         ("custom", "Error", "InvalidQuery"),
     ]
     assert verdicts[0].value == "0.70" and verdicts[0].baseline == "0.47"
-    # canary + baseline for ttft, canary for errors, each with its freshness query; none for the broken query
-    assert len(fake.calls) == 6
-    assert sum(1 for q in fake.queries() if freshness_of(q)) == 3
+    # canary + baseline + canary request count for ttft, canary + its count for errors, each with its
+    # freshness query; none for the broken query
+    assert len(fake.calls) == 10
+    assert sum(1 for q in fake.queries() if freshness_of(q)) == 5
 
 
 @pytest.mark.parametrize(
@@ -413,13 +415,55 @@ async def test_evaluate_metric_gates_staleness_comes_from_the_samples_not_the_an
     now = START + timedelta(minutes=5)
     fake = fp.FakePrometheus(now=lambda: now, freshness=freshness)
     fake.always(reply)
-    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    # min_samples=0: this test is about freshness; the sample floor has its own tests
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5", min_samples=0)
     verdicts = await evaluate_metric_gates(
         fake, [gate], TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
     )
     data = [c for c in fake.calls if not freshness_of(c.query)]
-    assert [c.result.series[0].timestamp for c in data if c.result.series] in ([], [now.timestamp()])
+    assert {c.result.series[0].timestamp for c in data if c.result.series} <= {now.timestamp()}
     assert [(v.verdict, v.reason) for v in verdicts] == [want]
+
+
+def _revision(rev: str) -> str:
+    return f'revision="{rev}"'
+
+
+async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
+    """The statistical path end to end: every sample query sent once, answers routed to the right arm."""
+    now = START + timedelta(minutes=5)
+    fake = fp.FakePrometheus(now=lambda: now)
+    new, old = _revision("new1"), _revision("old1")
+    tpot = "request_time_per_output_token_seconds"
+    fake.script(lambda q: new in q and f"{tpot}_count" in q, fp.value(300))
+    fake.script(lambda q: old in q and f"{tpot}_count" in q, fp.value(6000))
+    fake.script(lambda q: new in q and f"{tpot}_sum" in q, fp.value(300 * 0.0091))
+    fake.script(lambda q: old in q and f"{tpot}_sum" in q, fp.value(6000 * 0.007))
+    fake.script(lambda q: new in q and "increase" in q and f"{tpot}_bucket" in q,
+                fp.buckets([("0.01", 300), ("0.025", 300), ("+Inf", 300)]))  # fmt: skip
+    fake.script(lambda q: old in q and "increase" in q and f"{tpot}_bucket" in q,
+                fp.buckets([("0.01", 6000), ("0.025", 6000), ("+Inf", 6000)]))  # fmt: skip
+    fake.script(lambda q: tpot in q, fp.value(0.009))  # the p90 itself: the same for both revisions
+    fake.script(lambda q: new in q and q.startswith("(sum(increase") and "error" in q, fp.value(1))
+    fake.script(lambda q: old in q and q.startswith("(sum(increase") and "error" in q, fp.value(30))
+    fake.script(lambda q: new in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(40))
+    fake.script(lambda q: old in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(6000))
+    fake.script(lambda q: "request_success_total" in q, fp.value(0.025))
+    gates = [
+        MetricGate(name="tpot", template="TPOTP90", compare=GateComparison()),
+        MetricGate(name="errors", template="ErrorRate", failure_condition="result > 0.01", compare=GateComparison()),
+    ]
+    verdicts = await evaluate_metric_gates(
+        fake, gates, TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
+    )
+    assert [(v.name, v.verdict, v.reason) for v in verdicts] == [
+        ("tpot", "Failure", "SignificantlyWorse"),
+        ("errors", "Success", "NotSignificantlyWorse"),
+    ]
+    assert "x1.3" in verdicts[0].condition and "errors 1/40" in verdicts[1].condition
+    # tpot: value x2 + (count, buckets, sum) x2; errors: value x2 + (count, errors) x2
+    data = [c for c in fake.calls if not freshness_of(c.query)]
+    assert len(data) == 14 and len({c.query for c in data}) == 14
 
 
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:
@@ -443,7 +487,8 @@ async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> 
 
 
 async def test_evaluate_metric_gates_against_the_real_adapter(provider: PrometheusProvider) -> None:
-    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    # The test server answers 0.4 to every query, the request count included: no sample floor here.
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5", min_samples=0)
     started = datetime.now(UTC) - timedelta(minutes=5)
     verdicts = await evaluate_metric_gates(
         provider,
@@ -462,7 +507,7 @@ async def test_evaluate_metric_gates_real_adapter_sees_a_stale_series(
     server: _Server, provider: PrometheusProvider
 ) -> None:
     """Item 7 over HTTP: the data answer is stamped now, the freshness query says 2 min: NoData Stale."""
-    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")
+    gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5", min_samples=0)
     now = datetime.now(UTC)
     verdicts = await evaluate_metric_gates(
         provider,

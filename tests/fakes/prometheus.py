@@ -114,6 +114,11 @@ def multi(*values: str | float) -> Reply:
     return replace(_ok([({"pod": f"pod-{i}"}, 0.0, _fmt(v)) for i, v in enumerate(vals)]), label="multi")
 
 
+def buckets(cumulative: Sequence[tuple[str, str | float]], *, age_s: float = 0.0) -> Reply:
+    """A ``sum by (le)`` answer: one series per ``(le, cumulative count)``, e.g. ``[("0.01", 40), ("+Inf", 40)]``."""
+    return replace(_ok([({"le": le}, age_s, _fmt(v)) for le, v in cumulative]), label="buckets")
+
+
 def matrix(v: str | float = "0.1") -> Reply:
     return replace(_ok([({}, 0.0, _fmt(v))], result_type="matrix"), label="matrix")
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tandem.api.pool import MetricGate
+from tandem.core.promql import template_sample_queries
 from tandem.routing import PairState
 from tandem.sim import rollout
 from tandem.sim.config import load_params
@@ -57,6 +58,55 @@ def test_gates_are_judged_by_tandem_core() -> None:
         store, 60.0, [gate], pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0
     )
     assert [(v.name, v.verdict, v.reason) for v in verdicts] == [("errors", "Failure", "FailureConditionMet")]
+
+
+def _two_revisions(canary_tpot_s: float) -> ScrapeStore:
+    """Stable 700 and canary 40 requests in the last 60 s, every TPOT in vLLM's first bucket [0, 10 ms]."""
+    store = ScrapeStore()
+    for t, k in ((0.0, 0.0), (60.0, 1.0)):
+        revisions = {}
+        for rev, n, tpot, errors in (("r1", 700.0, 0.006, 3.0), ("r2", 40.0, canary_tpot_s, 1.0)):
+            series = RevisionSeries(finished=n * k, engine_errors=errors * k, tpot_sum=n * k * tpot)
+            series.tpot[0] = n * k
+            revisions[rev] = series
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, revisions))
+    return store
+
+
+def test_sample_queries_are_answered_from_the_scrapes() -> None:
+    store = _two_revisions(0.006)
+    queries = template_sample_queries("TPOTP90")
+    answers = rollout.sample_results(store, 60.0, 60.0, "TPOTP90", "r2", queries)
+    assert answers[queries.count].series[0].value == "40.0"
+    assert queries.sum is not None and float(answers[queries.sum].series[0].value) == pytest.approx(0.24)
+    assert queries.buckets is not None
+    buckets = answers[queries.buckets].series
+    assert [(s.labels["le"], s.value) for s in buckets[:2]] == [("0.01", "40.0"), ("0.025", "40.0")]
+    assert buckets[-1].labels["le"] == "+Inf" and len(buckets) == 20
+    errors = template_sample_queries("ErrorRate")
+    answers = rollout.sample_results(store, 60.0, 60.0, "ErrorRate", "r1", errors)
+    assert errors.errors is not None and answers[errors.errors].series[0].value == "3.0"
+    assert rollout.sample_results(store, 60.0, 60.0, "ErrorRate", "r9", errors)[errors.count].series == ()
+
+
+@pytest.mark.parametrize(
+    ("canary_tpot_s", "want"),
+    [
+        pytest.param(0.006, ("Success", "NotSignificantlyWorse"), id="same TPOT"),
+        pytest.param(0.0078, ("Failure", "SignificantlyWorse"), id="TPOT x 1.3 inside the first bucket"),
+    ],
+)
+def test_the_simulator_runs_statistical_gates_through_tandem_core(canary_tpot_s: float, want: tuple[str, str]) -> None:
+    p = load_params()
+    pool = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression")
+    gates = [
+        MetricGate.model_validate({"name": "tpot", "template": "TPOTP90", "compare": {}}),
+        MetricGate.model_validate({"name": "errors", "template": "ErrorRate", "compare": {}}),
+    ]
+    verdicts = rollout.evaluate_gates(
+        _two_revisions(canary_tpot_s), 60.0, gates, pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0
+    )
+    assert [(v.verdict, v.reason) for v in verdicts] == [want, ("Success", "NotSignificantlyWorse")]
 
 
 def test_regression_gate_set_keeps_only_the_named_gates() -> None:
@@ -153,6 +203,8 @@ def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypa
 
     monkeypatch.setattr(rollout, "plan_rollout", spy)
     p = load_params()
+    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
+        gate["minSamples"] = 0  # the 1 % workload sends a handful of canary requests per window
     cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
     result = rollout.run_w5(cfg, 1, p)
     assert calls, "tandem.core.rollout.plan_rollout drove the Tandem arm"

@@ -53,8 +53,10 @@ from urllib3.util.retry import Retry
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
 from tandem.core.gates import (
+    GateQueries,
     SampleWindow,
     evaluate_gate,
+    gate_samples,
     invalid_query_verdict,
     resolve_gate_queries,
 )
@@ -311,13 +313,13 @@ async def evaluate_metric_gates(
     scrape_interval_s: float,
     clock: Callable[[], datetime],
 ) -> list[GateVerdict]:
-    """Query every gate (canary, and baseline when a condition reads it) concurrently; return verdicts.
+    """Query every gate (canary, baseline, and the sample counts it needs) concurrently; return verdicts.
 
     The whole pass is bounded by ``timeout_s`` (+1 s of slack): a query still running then counts as a
     timeout (Error ``MetricsUnavailable``). A query that cannot be rendered is Error ``InvalidQuery``.
     The sample window is taken from ``clock()`` after the answers arrive.
     """
-    planned: list[tuple[MetricGate, str, str | None] | GateVerdict] = []
+    planned: list[tuple[MetricGate, GateQueries] | GateVerdict] = []
     for gate in gates:
         try:
             q = resolve_gate_queries(
@@ -332,9 +334,9 @@ async def evaluate_metric_gates(
             log.warning("gate %s: query not renderable: %s", gate.name, exc)
             planned.append(invalid_query_verdict(gate, now=clock()))
             continue
-        planned.append((gate, q.canary, q.baseline))
+        planned.append((gate, q))
 
-    texts = sorted({t for p in planned if not isinstance(p, GateVerdict) for t in p[1:] if t})
+    texts = sorted({t for p in planned if not isinstance(p, GateVerdict) for t in p[1].texts()})
     # Each query goes with its freshness query (core.promql.freshness_query), concurrently: the answer's
     # own timestamp is the evaluation time, so only the freshness query can say a series went stale.
     fresh = {t: f for t in texts if (f := freshness_query(t)) is not None}
@@ -368,8 +370,9 @@ async def evaluate_metric_gates(
         if isinstance(p, GateVerdict):
             verdicts.append(p)
             continue
-        gate, canary_q, baseline_q = p
-        verdicts.append(evaluate_gate(gate, results[canary_q], results[baseline_q] if baseline_q else None, window))
+        gate, q = p
+        baseline = results[q.baseline] if q.baseline else None
+        verdicts.append(evaluate_gate(gate, results[q.canary], baseline, window, gate_samples(q, results)))
     return verdicts
 
 

@@ -439,6 +439,26 @@ class AutoscalingSpec(ApiModel):
 GATE_TEMPLATES = ("TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio")
 
 
+DEFAULT_MIN_SAMPLES = 20
+"""Requests a gate needs per window: about where the rank-sum test's normal approximation holds, and one
+request can move an error rate by at most 5 %."""
+
+
+class GateComparison(ApiModel):
+    """A statistical test of the canary against stable over the same window (docs/design/008-canary-statistics.md).
+
+    ErrorRate: Fisher's exact test of the error counts. Latency templates: a rank-sum test over the histogram
+    buckets plus a test of the means from `_sum/_count`. One-sided: a canary that is better never fails.
+    """
+
+    confidence_percent: Annotated[int, Field(ge=50, le=99)] = 99
+    """Confidence that the canary is worse before the gate fails (99 = 1 % false alarms per evaluation). Every
+    evaluation is a new look at the data, so keep it high."""
+    max_mean_ratio_percent: Annotated[int, Field(ge=100, le=1000)] = 110
+    """Latency templates only: a significant slowdown fails only when the canary's mean latency exceeds stable's
+    by more than this (110 = 10 % slower), so a large stable arm cannot fail a tiny shift."""
+
+
 class MetricGate(ApiModel):
     """One Prometheus gate of the canary analysis."""
 
@@ -455,8 +475,14 @@ class MetricGate(ApiModel):
                 field_path=".query",
             ),
             Rule(
-                "has(self.successCondition) || has(self.failureCondition)",
-                "analysis metric: a condition is required (successCondition or failureCondition)",
+                "has(self.successCondition) || has(self.failureCondition) || has(self.compare)",
+                "analysis metric: a condition is required (successCondition or failureCondition) unless compare is set",
+            ),
+            Rule(
+                "!has(self.compare) || (has(self.template) && self.template != 'LocalKVHitRatio')",
+                "analysis metric: compare needs a template with request counts (TTFTP90, TTFTP95, TPOTP90, "
+                "TokensPerSecondPerUser, ErrorRate)",
+                field_path=".compare",
             ),
             Rule(
                 "!(has(self.template) && has(self.query))",
@@ -484,6 +510,13 @@ class MetricGate(ApiModel):
     failure_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     """CEL that marks a Failure, e.g. `result > baseline * 1.2`. With only a failureCondition, anything else is a
     Success."""
+    min_samples: Annotated[int, Field(ge=0, le=10_000_000)] = DEFAULT_MIN_SAMPLES
+    """Fewest canary requests in the window (and stable requests, with `compare`) for a verdict; fewer give NoData
+    (TooFewSamples), never a Failure. Counted from the template's request counter (the histogram's `_count`, or
+    `vllm:request_success_total`); a gate with its own `query` has no counter and ignores it. 0 turns it off."""
+    compare: GateComparison | None = None
+    """Compare the canary with stable statistically. With a condition as well, the gate fails only when both say
+    so: the condition is then an absolute floor (e.g. `result > 0.01` for errors)."""
 
 
 class EvalGate(ApiModel):
@@ -723,6 +756,7 @@ __all__ = [
     "AnalysisStep",
     "AutoscalingSpec",
     "EvalGate",
+    "GateComparison",
     "InferencePoolSpec",
     "KvCacheSpec",
     "KvTransfer",

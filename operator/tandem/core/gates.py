@@ -1,9 +1,10 @@
 """Gate verdicts: one Prometheus query result (or one eval Job) → Success, Failure, NoData or Error.
 
 What it owns: the verdict rules of testing.md §5 and their PascalCase reasons (``REASON_*``), the
-resolution of a gate's queries (canary, and baseline when a condition reads ``baseline``), and the
-eval-gate verdict. Every verdict carries the value, the baseline, the condition and the resolved
-query, so no verdict is unexplained (landscape.md §6).
+resolution of a gate's queries (canary, baseline when a condition reads ``baseline`` or the gate
+compares, and the sample queries), the sample floor (``minSamples``), the statistical comparison with
+stable (``compare``), and the eval-gate verdict. Every verdict carries the value, the baseline, the
+condition and the resolved query, so no verdict is unexplained (landscape.md §6).
 
 What it must not do: query anything, read the clock (``now`` comes in a :class:`SampleWindow`), or
 ever turn an empty, NaN, stale, partial, infinite or multi-series result into a pass.
@@ -46,6 +47,28 @@ With both results valid, the conditions decide (CEL, variables ``result`` and ``
 - a condition that errors or is not boolean (``result == 1`` compares a double with an int and errors
   in CEL: write ``1.0``) → Error ``InvalidQuery``: a broken condition pauses like a broken query.
 
+**Sample size.** A template gate with ``minSamples > 0`` (default 20) also queries the canary's request
+count in the window (``core.promql.template_sample_queries``); the count result passes the same validity
+rules, and a count below ``minSamples`` → NoData ``TooFewSamples`` (never Failure). With ``compare``
+stable's count is checked as well (``BaselineTooFewSamples``). Without sample answers (a caller that
+did not query them) the floor is not checked.
+
+**Comparison** (``compare``, ``core.comparison``): after the sample floor, the window's counts of both
+revisions (errors and requests, or histogram buckets, ``_sum`` and ``_count``) are tested; an invalid
+answer stops the gate by the rules above (stable's NoData with the ``Baseline`` prefix). Then:
+
+=====================  ===================================  =========  ==========================
+ canary worse?          the gate's conditions (if any)       verdict    reason
+=====================  ===================================  =========  ==========================
+ no                     (any)                                Success    ``NotSignificantlyWorse``
+ yes                    none, or they give Failure           Failure    ``SignificantlyWorse``
+ yes                    they give Success (floor not hit)    Success    ``WorseWithinCondition``
+ yes                    both conditions, neither holds       NoData     ``Inconclusive``
+=====================  ===================================  =========  ==========================
+
+The comparison's numbers are appended to the verdict's ``condition``, e.g.
+``failure: result > 0.01; errors 1/40 (2.50 %) vs stable 30/6000 (0.50 %): p=0.187 ≥ 0.01``.
+
 Worked example: ``successCondition: result <= 0.5`` on ``TTFTP90``; Prometheus answers
 ``{"resultType": "vector", "result": [{"metric": {}, "value": [1700000100, "0.475"]}]}``; the step
 started at 1700000000 with ``initialDelay: 60s``, scrape interval 15 s, now 1700000101 → the sample is
@@ -59,7 +82,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
@@ -69,16 +92,25 @@ from tandem.api.celenv import CelError, compile_check, evaluate
 from tandem.api.pool import AnalysisSpec, EvalGate, MetricGate
 from tandem.api.pool_status import GateVerdict
 from tandem.api.quantity import parse_duration
+from tandem.core.comparison import (
+    Comparison,
+    ErrorCounts,
+    LatencyHistogram,
+    compare_error_rates,
+    compare_latency,
+)
 from tandem.core.promql import (
     GateRole,
     QueryRenderError,
     QueryResult,
     QueryStatus,
     QueryVars,
+    SampleQueries,
     gate_query_text,
     gate_role,
     parse_sample_value,
     render_query,
+    template_sample_queries,
 )
 
 Verdict = Literal["Success", "Failure", "NoData", "Error"]
@@ -100,6 +132,11 @@ REASON_PARTIAL: Final = "Partial"
 REASON_TOO_EARLY: Final = "TooEarly"
 REASON_INCONCLUSIVE: Final = "Inconclusive"
 REASON_INVALID_QUERY_RESULT: Final = "InvalidQueryResult"
+REASON_TOO_FEW_SAMPLES: Final = "TooFewSamples"
+# Statistical comparison (``compare``)
+REASON_SIGNIFICANTLY_WORSE: Final = "SignificantlyWorse"
+REASON_NOT_SIGNIFICANTLY_WORSE: Final = "NotSignificantlyWorse"
+REASON_WORSE_WITHIN_CONDITION: Final = "WorseWithinCondition"
 BASELINE_PREFIX: Final = "Baseline"
 # Error
 REASON_INVALID_QUERY: Final = "InvalidQuery"
@@ -169,12 +206,67 @@ class GateQueries:
 
     canary: str
     baseline: str | None
-    """Set only when a condition reads ``baseline``."""
+    """Set when a condition reads ``baseline`` or the gate compares with stable."""
+    canary_samples: SampleQueries | None = None
+    """The canary's counts (rendered): set for a template gate with ``minSamples > 0`` or ``compare``."""
+    stable_samples: SampleQueries | None = None
+    """Stable's counts (rendered): set for a gate with ``compare``."""
+
+    def texts(self) -> tuple[str, ...]:
+        """Every query to send, each once."""
+        out = [self.canary, self.baseline or ""]
+        for s in (self.canary_samples, self.stable_samples):
+            if s is not None:
+                out += [s.count, s.errors or "", s.buckets or "", s.sum or ""]
+        return tuple(dict.fromkeys(q for q in out if q))
+
+
+@dataclass(frozen=True)
+class SampleResults:
+    """The answers to one revision's :class:`~tandem.core.promql.SampleQueries`."""
+
+    count: QueryResult
+    errors: QueryResult | None = None
+    buckets: QueryResult | None = None
+    sum: QueryResult | None = None
+
+
+@dataclass(frozen=True)
+class GateSamples:
+    """The answers to a gate's sample queries: the canary's, and stable's when the gate compares."""
+
+    canary: SampleResults
+    stable: SampleResults | None = None
+
+
+def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) -> SampleResults:
+    def get(q: str | None) -> QueryResult | None:
+        return results[q] if q is not None else None
+
+    return SampleResults(results[queries.count], get(queries.errors), get(queries.buckets), get(queries.sum))
+
+
+def gate_samples(queries: GateQueries, results: Mapping[str, QueryResult]) -> GateSamples | None:
+    """The sample answers of a gate from the answers by query text (None when the gate has no sample queries)."""
+    if queries.canary_samples is None:
+        return None
+    stable = _sample_results(queries.stable_samples, results) if queries.stable_samples is not None else None
+    return GateSamples(_sample_results(queries.canary_samples, results), stable)
 
 
 def references_baseline(gate: MetricGate) -> bool:
     """True when the success or failure condition reads the ``baseline`` variable."""
     return any(_BASELINE_WORD.search(c) for c in (gate.success_condition, gate.failure_condition) if c)
+
+
+def uses_baseline(gate: MetricGate) -> bool:
+    """True when the gate needs stable's value: a condition reads ``baseline``, or the gate compares."""
+    return references_baseline(gate) or gate.compare is not None
+
+
+def counts_samples(gate: MetricGate) -> bool:
+    """True when the gate queries request counts: a template gate with ``minSamples > 0`` or ``compare``."""
+    return gate.template is not None and (gate.min_samples > 0 or gate.compare is not None)
 
 
 def resolve_gate_queries(
@@ -193,13 +285,34 @@ def resolve_gate_queries(
     """
     text = gate_query_text(gate.template, gate.query)
     role: GateRole = gate_role(gate.template, gate.role)
-    canary = render_query(text, QueryVars(namespace, pool, canary_revision, role, interval))
+    canary_vars = QueryVars(namespace, pool, canary_revision, role, interval)
+    canary = render_query(text, canary_vars)
     baseline = None
-    if references_baseline(gate):
+    stable_vars = None
+    if uses_baseline(gate):
         if not stable_revision:
-            raise QueryRenderError("the condition reads baseline but there is no stable revision")
-        baseline = render_query(text, QueryVars(namespace, pool, stable_revision, role, interval))
-    return GateQueries(canary, baseline)
+            raise QueryRenderError("the gate reads baseline or compares with stable but there is no stable revision")
+        stable_vars = QueryVars(namespace, pool, stable_revision, role, interval)
+        baseline = render_query(text, stable_vars)
+    canary_samples = stable_samples = None
+    if counts_samples(gate):
+        assert gate.template is not None
+        unrendered = template_sample_queries(gate.template)
+        if gate.compare is None:  # only the sample size
+            unrendered = SampleQueries(unrendered.count)
+        canary_samples = _render_samples(unrendered, canary_vars)
+        if gate.compare is not None and stable_vars is not None:
+            stable_samples = _render_samples(unrendered, stable_vars)
+    return GateQueries(canary, baseline, canary_samples, stable_samples)
+
+
+def _render_samples(queries: SampleQueries, variables: QueryVars) -> SampleQueries:
+    def render(q: str | None) -> str | None:
+        return render_query(q, variables) if q is not None else None
+
+    return SampleQueries(
+        render_query(queries.count, variables), render(queries.errors), render(queries.buckets), render(queries.sum)
+    )
 
 
 # --- verdicts -------------------------------------------------------------------------------------
@@ -327,24 +440,100 @@ def _condition_holds(condition: str, variables: Mapping[str, float]) -> bool | N
     return bool(out)
 
 
+def _check_buckets(result: QueryResult, window: SampleWindow) -> tuple[_Checked, tuple[tuple[float, float], ...]]:
+    """A ``sum by (le)`` answer: every series must pass :func:`_check`, carry a distinct ``le``, and one be +Inf."""
+    whole = replace(result, series=result.series[:1])
+    first = _check(whole, window)
+    if first.verdict is not None:
+        return first, ()
+    pairs: dict[float, float] = {}
+    for series in result.series:
+        checked = _check(replace(result, series=(series,)), window)
+        if checked.verdict is not None:
+            return checked, ()
+        try:
+            bound = parse_sample_value(series.labels.get("le", ""))
+        except ValueError:
+            bound = math.nan
+        if math.isnan(bound) or bound in pairs:
+            return _Checked(
+                None, f"le={series.labels.get('le', '')!r}", None, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT
+            ), ()
+        assert checked.value is not None
+        pairs[bound] = checked.value
+    if math.inf not in pairs:
+        return _Checked(None, "no +Inf bucket", None, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT), ()
+    return first, tuple(sorted(pairs.items()))
+
+
+def _comparison(
+    gate: MetricGate, canary: SampleResults, stable: SampleResults, counts: tuple[float, float], window: SampleWindow
+) -> tuple[Comparison | None, _Checked, bool]:
+    """The statistical comparison, or the first sample answer that stops it (and whether it was stable's)."""
+    assert gate.compare is not None
+    parts: list[tuple[QueryResult | None, bool, bool]] = [
+        (canary.errors, False, False),
+        (stable.errors, True, False),
+        (canary.sum, False, False),
+        (stable.sum, True, False),
+        (canary.buckets, False, True),
+        (stable.buckets, True, True),
+    ]
+    values: list[float] = []
+    histograms: list[tuple[tuple[float, float], ...]] = []
+    for result, is_stable, is_buckets in parts:
+        if result is None:
+            continue
+        if is_buckets:
+            checked, pairs = _check_buckets(result, window)
+            histograms.append(pairs)
+        else:
+            checked = _check(result, window)
+            values.append(checked.value if checked.value is not None else math.nan)
+        if checked.verdict is not None:
+            return None, checked, is_stable
+    n_canary, n_stable = counts
+    if canary.errors is not None:
+        comparison = compare_error_rates(
+            ErrorCounts(n_canary, values[0]),
+            ErrorCounts(n_stable, values[1]),
+            confidence_percent=gate.compare.confidence_percent,
+        )
+    elif len(histograms) == 2 and len(values) == 2:
+        comparison = compare_latency(
+            LatencyHistogram(histograms[0], n_canary, values[0]),
+            LatencyHistogram(histograms[1], n_stable, values[1]),
+            confidence_percent=gate.compare.confidence_percent,
+            max_mean_ratio_percent=gate.compare.max_mean_ratio_percent,
+        )
+    else:  # the template has nothing to compare (the CRD forbids compare on it)
+        return None, _Checked(None, "", None, VERDICT_ERROR, REASON_INVALID_QUERY), False
+    return comparison, _Checked(None, "", None), False
+
+
 def evaluate_gate(
     gate: MetricGate,
     canary: QueryResult,
     baseline: QueryResult | None,
     window: SampleWindow,
+    samples: GateSamples | None = None,
 ) -> GateVerdict:
     """The verdict of one metric gate (rules in the module docstring).
 
-    ``baseline`` is the same query on the stable revision; it is required when a condition reads
-    ``baseline`` (:func:`references_baseline`) and ignored otherwise.
+    ``baseline`` is the same query on the stable revision; it is required when the gate reads it
+    (:func:`uses_baseline`) and ignored otherwise. ``samples`` are the answers to the gate's sample
+    queries (:func:`gate_samples`): without them ``minSamples`` is not checked; a ``compare`` gate
+    requires them, stable's included.
     """
     condition = condition_text(gate)
     query = canary.query
-    uses_baseline = references_baseline(gate)
-    if uses_baseline and baseline is None:
-        raise ValueError(f"gate {gate.name}: the condition reads baseline but no baseline result was given")
+    needs_baseline = uses_baseline(gate)
+    if needs_baseline and baseline is None:
+        raise ValueError(f"gate {gate.name}: the gate reads baseline but no baseline result was given")
+    if gate.compare is not None and (samples is None or samples.stable is None):
+        raise ValueError(f"gate {gate.name}: the gate compares with stable but no sample results were given")
 
-    def verdict(v: Verdict, reason: str, c: _Checked, b: _Checked | None) -> GateVerdict:
+    def verdict(v: Verdict, reason: str, c: _Checked, b: _Checked | None, shown_query: str = "") -> GateVerdict:
         return _verdict(
             gate.name,
             v,
@@ -352,17 +541,17 @@ def evaluate_gate(
             value=c.shown,
             baseline=b.shown if b else "",
             condition=condition,
-            query=query,
+            query=shown_query or query,
             evaluated_at=c.at or window.now,
         )
 
     conditions = [t for t in (gate.success_condition, gate.failure_condition) if t]
-    if not conditions or any(compile_check(t) is not None for t in conditions):
+    if (not conditions and gate.compare is None) or any(compile_check(t) is not None for t in conditions):
         # No condition at all (the CRD forbids it; a model built in code may not) or one that does not compile.
         return verdict(VERDICT_ERROR, REASON_INVALID_QUERY, _Checked(None, "", None), None)
 
     c = _check(canary, window)
-    b = _check(baseline, window) if uses_baseline and baseline is not None else None
+    b = _check(baseline, window) if needs_baseline and baseline is not None else None
     worst_c = _severity(c, is_baseline=False)
     worst_b = _severity(b, is_baseline=True) if b else 0
     if worst_c or worst_b:
@@ -373,6 +562,28 @@ def evaluate_gate(
             return verdict(b.verdict, reason, c, b)
         assert c.verdict is not None
         return verdict(c.verdict, c.reason, c, b)
+
+    # Sample size: the canary's (and, when comparing, stable's) request count in the window.
+    counts = (0.0, 0.0)
+    if samples is not None:
+        arms = [(samples.canary, False)] + ([(samples.stable, True)] if gate.compare and samples.stable else [])
+        found = []
+        for arm, is_stable in arms:
+            n = _check(arm.count, window)
+            if n.verdict is not None:
+                reason = BASELINE_PREFIX + n.reason if is_stable and n.verdict == VERDICT_NO_DATA else n.reason
+                return verdict(n.verdict, reason, c, b, arm.count.query)
+            assert n.value is not None
+            if n.value < gate.min_samples:
+                condition = _clip(
+                    f"{condition}; {'stable' if is_stable else 'canary'} requests {n.value:.0f} < minSamples "
+                    f"{gate.min_samples}".lstrip("; "),
+                    _CONDITION_CHARS,
+                )
+                reason = (BASELINE_PREFIX if is_stable else "") + REASON_TOO_FEW_SAMPLES
+                return verdict(VERDICT_NO_DATA, reason, c, b, arm.count.query)
+            found.append(n.value)
+        counts = (found[0], found[1] if len(found) > 1 else 0.0)
 
     assert c.value is not None
     variables: dict[str, float] = {"result": c.value}
@@ -388,13 +599,35 @@ def evaluate_gate(
         if succeeded is None:
             return verdict(VERDICT_ERROR, REASON_INVALID_QUERY, c, b)
     if failed:
-        return verdict(VERDICT_FAILURE, REASON_FAILURE_CONDITION_MET, c, b)
-    if succeeded:
-        return verdict(VERDICT_SUCCESS, REASON_SUCCESS_CONDITION_MET, c, b)
-    if succeeded is None:  # only a failureCondition, and it did not hold
-        return verdict(VERDICT_SUCCESS, REASON_FAILURE_CONDITION_NOT_MET, c, b)
-    if failed is None:  # only a successCondition, and it did not hold
-        return verdict(VERDICT_FAILURE, REASON_SUCCESS_CONDITION_NOT_MET, c, b)
+        by_condition: tuple[Verdict, str] = (VERDICT_FAILURE, REASON_FAILURE_CONDITION_MET)
+    elif succeeded:
+        by_condition = (VERDICT_SUCCESS, REASON_SUCCESS_CONDITION_MET)
+    elif succeeded is None and failed is not None:  # only a failureCondition, and it did not hold
+        by_condition = (VERDICT_SUCCESS, REASON_FAILURE_CONDITION_NOT_MET)
+    elif failed is None and succeeded is not None:  # only a successCondition, and it did not hold
+        by_condition = (VERDICT_FAILURE, REASON_SUCCESS_CONDITION_NOT_MET)
+    elif conditions:
+        by_condition = (VERDICT_NO_DATA, REASON_INCONCLUSIVE)
+    else:
+        by_condition = (VERDICT_FAILURE, "")  # no condition: the comparison alone decides
+    if gate.compare is None:
+        return verdict(*by_condition, c, b)
+
+    assert samples is not None and samples.stable is not None
+    comparison, stopped, is_stable = _comparison(gate, samples.canary, samples.stable, counts, window)
+    if comparison is None:
+        reason = (
+            BASELINE_PREFIX + stopped.reason if is_stable and stopped.verdict == VERDICT_NO_DATA else stopped.reason
+        )
+        assert stopped.verdict is not None
+        return verdict(stopped.verdict, reason, c, b)
+    condition = _clip(f"{condition}; {comparison.summary}".lstrip("; "), _CONDITION_CHARS)
+    if not comparison.worse:
+        return verdict(VERDICT_SUCCESS, REASON_NOT_SIGNIFICANTLY_WORSE, c, b)
+    if by_condition[0] == VERDICT_FAILURE:
+        return verdict(VERDICT_FAILURE, REASON_SIGNIFICANTLY_WORSE, c, b)
+    if by_condition[0] == VERDICT_SUCCESS:
+        return verdict(VERDICT_SUCCESS, REASON_WORSE_WITHIN_CONDITION, c, b)
     return verdict(VERDICT_NO_DATA, REASON_INCONCLUSIVE, c, b)
 
 
@@ -491,13 +724,17 @@ __all__ = [
     "REASON_INVALID_QUERY_RESULT",
     "REASON_METRICS_UNAVAILABLE",
     "REASON_NAN",
+    "REASON_NOT_SIGNIFICANTLY_WORSE",
     "REASON_PARTIAL",
     "REASON_SCORE_AT_OR_ABOVE_THRESHOLD",
     "REASON_SCORE_BELOW_THRESHOLD",
+    "REASON_SIGNIFICANTLY_WORSE",
     "REASON_STALE",
     "REASON_SUCCESS_CONDITION_MET",
     "REASON_SUCCESS_CONDITION_NOT_MET",
     "REASON_TOO_EARLY",
+    "REASON_TOO_FEW_SAMPLES",
+    "REASON_WORSE_WITHIN_CONDITION",
     "VERDICT_ERROR",
     "VERDICT_FAILURE",
     "VERDICT_NO_DATA",
@@ -505,14 +742,19 @@ __all__ = [
     "EvalJobObservation",
     "EvalJobState",
     "GateQueries",
+    "GateSamples",
+    "SampleResults",
     "SampleWindow",
     "Verdict",
     "condition_text",
+    "counts_samples",
     "evaluate_eval_gate",
     "evaluate_gate",
     "explain_verdict",
+    "gate_samples",
     "invalid_query_verdict",
     "parse_eval_score",
     "references_baseline",
     "resolve_gate_queries",
+    "uses_baseline",
 ]

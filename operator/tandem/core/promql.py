@@ -73,8 +73,10 @@ ROLE_REGEX: Final[Mapping[str, str]] = {"prefill": "prefill", "decode": "decode"
 
 # --- vLLM metric names (integration.md §4, benchmarks.md §9) ---------------------------------------
 
-METRIC_TTFT_BUCKET: Final = "vllm:time_to_first_token_seconds_bucket"
-METRIC_TPOT_BUCKET: Final = "vllm:request_time_per_output_token_seconds_bucket"
+METRIC_TTFT: Final = "vllm:time_to_first_token_seconds"
+METRIC_TPOT: Final = "vllm:request_time_per_output_token_seconds"
+METRIC_TTFT_BUCKET: Final = METRIC_TTFT + "_bucket"
+METRIC_TPOT_BUCKET: Final = METRIC_TPOT + "_bucket"
 METRIC_REQUEST_SUCCESS: Final = "vllm:request_success_total"
 METRIC_PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
 METRIC_PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
@@ -153,6 +155,61 @@ TEMPLATES: Final[Mapping[str, GateTemplate]] = {
         ),
     )
 }
+
+# --- sample queries: the counts behind a template ---------------------------------------------------
+
+TEMPLATE_HISTOGRAMS: Final[Mapping[str, str]] = {
+    "TTFTP90": METRIC_TTFT,
+    "TTFTP95": METRIC_TTFT,
+    "TPOTP90": METRIC_TPOT,
+    "TokensPerSecondPerUser": METRIC_TPOT,
+}
+"""The histogram a latency template reads; its ``_count`` is the gate's sample size."""
+ERROR_TEMPLATE: Final = "ErrorRate"
+_ERRORS_ONLY: Final = ',finished_reason="error"'
+
+
+@dataclass(frozen=True)
+class SampleQueries:
+    """Unrendered queries for the counts behind a template, over ``${interval}`` (``increase``, not ``rate``).
+
+    ``count`` is the sample size (requests) for ``minSamples``; ``errors`` (ErrorRate) or ``buckets`` and
+    ``sum`` (latency templates) feed the statistical comparison. ``buckets`` returns one series per ``le``.
+    """
+
+    count: str
+    errors: str | None = None
+    buckets: str | None = None
+    sum: str | None = None
+
+
+def _increase(metric: str, extra: str = "") -> str:
+    return f"increase({metric}{{{_SEL}{extra}}}[${{interval}}])"
+
+
+def template_sample_queries(template: str) -> SampleQueries:
+    """The sample queries of a built-in template (raises :class:`QueryRenderError` for an unknown one).
+
+    Example: ``TPOTP90`` →
+    ``count = sum(increase(vllm:request_time_per_output_token_seconds_count{...}[${interval}]))``,
+    ``buckets = sum by (le) (increase(..._bucket{...}[${interval}]))``, ``sum = sum(increase(..._sum{...}[...]))``.
+    """
+    if template not in TEMPLATES:
+        raise QueryRenderError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
+    histogram = TEMPLATE_HISTOGRAMS.get(template)
+    if histogram is not None:
+        return SampleQueries(
+            count=f"sum({_increase(histogram + '_count')})",
+            buckets=f"sum by (le) ({_increase(histogram + '_bucket')})",
+            sum=f"sum({_increase(histogram + '_sum')})",
+        )
+    requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
+    if template == ERROR_TEMPLATE:
+        # `or vector(0)` as in the ErrorRate template: no error series yet means 0 errors.
+        errors = f"(sum({_increase(METRIC_REQUEST_SUCCESS, _ERRORS_ONLY)}) or vector(0))"
+        return SampleQueries(count=requests, errors=errors)
+    return SampleQueries(count=requests)
+
 
 # --- rendering ------------------------------------------------------------------------------------
 
@@ -664,6 +721,7 @@ def attach_freshness(data: QueryResult, freshness: QueryResult | None) -> QueryR
 
 
 __all__ = [
+    "ERROR_TEMPLATE",
     "FRESHNESS_MARK",
     "LABEL_NAMESPACE",
     "LABEL_PAIR",
@@ -674,11 +732,14 @@ __all__ = [
     "METRIC_PREFIX_CACHE_HITS",
     "METRIC_PREFIX_CACHE_QUERIES",
     "METRIC_REQUEST_SUCCESS",
+    "METRIC_TPOT",
     "METRIC_TPOT_BUCKET",
+    "METRIC_TTFT",
     "METRIC_TTFT_BUCKET",
     "ROLE_REGEX",
     "SERIES_LABELS",
     "TEMPLATES",
+    "TEMPLATE_HISTOGRAMS",
     "VARIABLES",
     "GateRole",
     "GateTemplate",
@@ -686,6 +747,7 @@ __all__ = [
     "QueryResult",
     "QueryStatus",
     "QueryVars",
+    "SampleQueries",
     "Series",
     "attach_freshness",
     "compute_rate_window",
@@ -700,4 +762,5 @@ __all__ = [
     "query_digest",
     "query_selectors",
     "render_query",
+    "template_sample_queries",
 ]

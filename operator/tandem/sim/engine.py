@@ -1236,10 +1236,12 @@ class Simulation:
         c["ttft_sum"] += ttft
         c["ttft_count"] += 1
         series.ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+        series.ttft_sum += ttft
         if req.out > 1:
             c["tpot_sum"] += tpot
             c["tpot_count"] += 1
             series.tpot[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
+            series.tpot_sum += tpot
 
     def _fail(self, req: Req, status: int) -> None:
         i = req.i

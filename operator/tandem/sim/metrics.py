@@ -144,6 +144,10 @@ class RevisionSeries:
     """``vllm:prefix_cache_queries_total`` (tokens, prefill instances of the revision)."""
     local_hits: float = 0.0
     """``vllm:prefix_cache_hits_total``."""
+    ttft_sum: float = 0.0
+    """``vllm:time_to_first_token_seconds_sum`` (the histogram's ``_count`` is ``ttft.sum()``)."""
+    tpot_sum: float = 0.0
+    """``vllm:request_time_per_output_token_seconds_sum``."""
 
     def copy(self) -> RevisionSeries:
         return RevisionSeries(
@@ -155,6 +159,8 @@ class RevisionSeries:
             self.engine_errors,
             self.local_queries,
             self.local_hits,
+            self.ttft_sum,
+            self.tpot_sum,
         )
 
 

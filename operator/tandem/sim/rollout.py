@@ -31,8 +31,11 @@ Query results (``vllm:`` names, per revision, over the rendered ``${interval}``)
 before ``now`` against the one a window earlier; TTFT/TPOT quantiles with ``histogram_quantile`` over
 vLLM's buckets; ``ErrorRate`` = engine errors / finished; ``LocalKVHitRatio`` = prefix hits / queries.
 0/0 → ``NaN`` and a revision without series → an empty result, so the gates' NoData rules apply as in
-production. Sample timestamps are the evaluation time (an instant query's). The simulator records a
-request's TTFT when it completes (vLLM does at the first token): a few seconds late for long outputs.
+production. The gates' sample queries (request counts for ``minSamples``; error counts, ``le`` buckets and
+``_sum`` for ``compare``, ``core.promql.template_sample_queries``) are answered from the same scrapes
+(:func:`sample_results`) and judged by the same ``core.gates.evaluate_gate``. Sample timestamps are the
+evaluation time (an instant query's). The simulator records a request's TTFT when it completes (vLLM
+does at the first token): a few seconds late for long outputs.
 
 Statistical floor (§7): errors p₀ → p₁ against a much larger stable arm, one-sample, α = 0.05 one-sided,
 power 0.8: n = (z_α·√(p₀q₀) + z_β·√(p₁q₁))² / (p₁ − p₀)² canary requests (0.5 % → 1.0 %: ≈ 1,600); a
@@ -64,13 +67,17 @@ from tandem.core.gates import (
     VERDICT_SUCCESS,
     SampleWindow,
     evaluate_gate,
+    gate_samples,
     invalid_query_verdict,
     resolve_gate_queries,
 )
 from tandem.core.promql import (
+    METRIC_TTFT,
+    TEMPLATE_HISTOGRAMS,
     QueryRenderError,
     QueryResult,
     QueryStatus,
+    SampleQueries,
     Series,
     compute_rate_window,
     gate_query_text,
@@ -145,6 +152,57 @@ def query_result(query: str, value: str | None, now: float) -> QueryResult:
     return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=series)
 
 
+def _le(bound: float) -> str:
+    """An ``le`` label as vLLM's client library writes it (``0.01``, ``1.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def sample_results(
+    store: ScrapeStore, now: float, window_s: float, template: str, revision: str, queries: SampleQueries
+) -> dict[str, QueryResult]:
+    """What Prometheus would answer to one revision's sample queries (``core.promql.template_sample_queries``).
+
+    ``increase()`` over the window is the newest scrape minus the one a window earlier (no extrapolation);
+    the bucket answer is cumulative with one series per ``le``, as ``sum by (le)`` returns it.
+    """
+    new = store.at_or_before(now)
+    texts = [q for q in (queries.count, queries.errors, queries.buckets, queries.sum) if q is not None]
+    if new is None or revision not in new.revisions:
+        return {q: query_result(q, None, now) for q in texts}
+    old = store.at_or_before(new.t - window_s)
+    cur = new.revisions[revision]
+    before = old.revisions.get(revision) if old is not None else None
+    ts = at(now).timestamp()
+    out: dict[str, QueryResult] = {}
+    if template in TEMPLATE_HISTOGRAMS:
+        ttft = TEMPLATE_HISTOGRAMS[template] == METRIC_TTFT
+        bounds = TTFT_BUCKETS if ttft else TPOT_BUCKETS
+        counts = (cur.ttft if ttft else cur.tpot) - (
+            (before.ttft if ttft else before.tpot) if before is not None else 0.0
+        )
+        total = (cur.ttft_sum if ttft else cur.tpot_sum) - (
+            (before.ttft_sum if ttft else before.tpot_sum) if before is not None else 0.0
+        )
+        out[queries.count] = query_result(queries.count, _nan_or(float(counts.sum())), now)
+        if queries.sum is not None:
+            out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
+        if queries.buckets is not None:
+            cumulative = np.cumsum(counts).tolist()
+            series = tuple(
+                Series({"le": _le(le)}, ts, _nan_or(c)) for le, c in zip((*bounds, math.inf), cumulative, strict=True)
+            )
+            out[queries.buckets] = QueryResult(
+                QueryStatus.OK, query=queries.buckets, http_status=200, result_type="vector", series=series
+            )
+        return out
+    finished = cur.finished - (before.finished if before is not None else 0.0)
+    out[queries.count] = query_result(queries.count, _nan_or(finished), now)
+    if queries.errors is not None:
+        errors = cur.engine_errors - (before.engine_errors if before is not None else 0.0)
+        out[queries.errors] = query_result(queries.errors, _nan_or(errors), now)
+    return out
+
+
 def evaluate_gates(
     store: ScrapeStore,
     now: float,
@@ -155,7 +213,8 @@ def evaluate_gates(
     step_started_at: datetime,
     scrape_interval_s: float,
 ) -> list[GateVerdict]:
-    """Every gate's verdict from the scrapes (mirrors ``tandem.adapters.prometheus.evaluate_metric_gates``)."""
+    """Every gate's verdict: the queries ``core.gates`` resolves, answered from the scrapes, judged by
+    ``core.gates.evaluate_gate`` with the sample answers (as ``adapters.prometheus.evaluate_metric_gates``)."""
     interval = compute_rate_window(parse_duration(analysis.interval), scrape_interval_s)
     window_s = parse_prom_duration(interval)
     verdicts: list[GateVerdict] = []
@@ -185,7 +244,11 @@ def evaluate_gates(
         b = None
         if q.baseline is not None:
             b = query_result(q.baseline, template_value(store, now, window_s, template, stable), now)
-        verdicts.append(evaluate_gate(gate, c, b, window))
+        answers: dict[str, QueryResult] = {}
+        for revision, sample_queries in ((canary, q.canary_samples), (stable, q.stable_samples)):
+            if sample_queries is not None:
+                answers |= sample_results(store, now, window_s, template, revision, sample_queries)
+        verdicts.append(evaluate_gate(gate, c, b, window, gate_samples(q, answers)))
     return verdicts
 
 

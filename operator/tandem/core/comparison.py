@@ -1,0 +1,172 @@
+"""Is the canary worse than stable? Error rates and latency histograms of one window, compared (pure).
+
+What it owns: turning the counts of one analysis window (errors and requests, or a latency histogram
+with its ``_sum``/``_count``) of both revisions into a :class:`Comparison`: the p-value of the
+one-sided test (``core.stats``), the effect size, and whether the canary is worse by the gate's rules.
+``core.gates`` turns a Comparison into a verdict (and adds the gate's absolute condition, if any).
+
+What it must not do: I/O, parse query results (``core.gates`` does), or read the clock.
+
+Rules (α = 1 − ``confidencePercent``/100):
+
+- **Errors**: worse when Fisher's exact test (the z-test above ``core.stats.FISHER_MAX_ERRORS``) gives
+  ``p < α``. Counts are rounded to integers (``increase()`` extrapolates: 39.6 requests → 40).
+- **Latency**: two tests, Bonferroni-combined so together they keep ``α``: the rank-sum test over the
+  buckets (sees any shift of the distribution that crosses bucket bounds) and a z-test on the means
+  from ``_sum/_count`` with a variance bounded from the buckets (sees a shift that stays inside one
+  bucket, such as TPOT × 1.3 inside vLLM's first TPOT bucket of 0-10 ms, where every quantile
+  interpolates to the same value for both revisions). ``p = min(1, k·min(p_rank, p_mean))`` with ``k``
+  the number of informative tests (a rank test over one tie group returns 1 and is not counted); worse when
+  ``p < α`` **and** ``mean_canary / mean_stable > maxMeanRatioPercent/100``, so a significant but tiny
+  shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
+  share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
+
+Worked example (TPOT, ``confidencePercent: 99``, ``maxMeanRatioPercent: 110``): stable 6,000 requests
+with mean 7.0 ms, canary 300 with mean 9.1 ms, all in the first bucket [0, 10 ms]. The rank test
+sees one tie group (``p_rank = 1``, not counted). The variance bound is (10 − 7)·7 = 21 ms² for stable
+and (10 − 9.1)·9.1 = 8.2 ms² for the canary: ``z = 2.1/√(8.2/300 + 21/6000) = 11.97``,
+``p = p_mean ≈ 3e-33 < 0.01`` and ``9.1/7.0 = 1.30 > 1.10`` → worse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tandem.core.stats import mean_greater, proportion_greater, rank_sum_greater, variance_bound
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of one canary-vs-stable test."""
+
+    worse: bool
+    """The canary is significantly worse and (for latency) beyond the allowed mean ratio."""
+    p_value: float
+    ratio: float
+    """Canary / stable: error rates, or latency means (``inf`` when stable's is 0 and the canary's is not)."""
+    summary: str
+    """One line with the numbers behind ``worse``, for the verdict."""
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """Errors and requests of one revision in the window (``increase()`` values, may be fractional)."""
+
+    requests: float
+    errors: float
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    """One revision's histogram in the window: ``le`` → cumulative count (``+Inf`` included), _count, _sum."""
+
+    cumulative: tuple[tuple[float, float], ...]
+    """(upper bound, cumulative count) pairs in ascending order of bound; the last bound is ``inf``."""
+    count: float
+    total: float
+    """The ``_sum`` (seconds)."""
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count > 0 else math.nan
+
+
+def alpha(confidence_percent: float) -> float:
+    """Significance level of a confidence in percent: 99 → 0.01."""
+    return 1.0 - confidence_percent / 100.0
+
+
+def _ratio(canary: float, stable: float) -> float:
+    if stable > 0:
+        return canary / stable
+    return math.inf if canary > 0 else 1.0
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+def compare_error_rates(canary: ErrorCounts, stable: ErrorCounts, *, confidence_percent: float) -> Comparison:
+    """Is the canary's error rate significantly higher than stable's (module docstring)?
+
+    Example: 1 error in 40 canary requests, 30 in 6,000 stable, 99 % → Fisher ``p = 0.19 ≥ 0.01``: not worse.
+    """
+    n1, n2 = max(1, round(canary.requests)), max(1, round(stable.requests))
+    a, c = min(n1, max(0, round(canary.errors))), min(n2, max(0, round(stable.errors)))
+    p = proportion_greater(a, n1, c, n2)
+    level = alpha(confidence_percent)
+    worse = p < level
+    ratio = _ratio(a / n1, c / n2)
+    summary = (
+        f"errors {a}/{n1} ({_pct(a / n1)}) vs stable {c}/{n2} ({_pct(c / n2)}): "
+        f"p={p:.3g} {'<' if worse else '≥'} {level:g}"
+    )
+    return Comparison(worse, p, ratio, summary)
+
+
+def common_buckets(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
+) -> tuple[tuple[float, ...], list[float], list[float]]:
+    """The finite bounds both histograms share, and each one's per-bucket counts on them (last = +Inf).
+
+    Cumulative counts are read at the shared bounds; a count that decreases (per-series ``increase()``
+    extrapolation) is clamped to 0.
+    Example: ``[(0.1, 2), (0.2, 5), (inf, 6)]`` and ``[(0.2, 4), (inf, 4)]`` → bounds ``(0.2,)``,
+    counts ``[5, 1]`` and ``[4, 0]``.
+    """
+    shared = sorted(set(le for le, _ in a) & set(le for le, _ in b))
+    if not shared or shared[-1] != math.inf:
+        raise ValueError("both histograms need a +Inf bucket")
+
+    def per_bucket(h: Sequence[tuple[float, float]]) -> list[float]:
+        at = dict(h)
+        out, before = [], 0.0
+        for le in shared:
+            out.append(max(0.0, at[le] - before))
+            before = max(before, at[le])
+        return out
+
+    return tuple(shared[:-1]), per_bucket(a), per_bucket(b)
+
+
+def compare_latency(
+    canary: LatencyHistogram,
+    stable: LatencyHistogram,
+    *,
+    confidence_percent: float,
+    max_mean_ratio_percent: float,
+) -> Comparison:
+    """Is the canary slower than stable, significantly and by more than the allowed ratio (module docstring)?"""
+    bounds, c_counts, s_counts = common_buckets(canary.cumulative, stable.cumulative)
+    p_rank = rank_sum_greater(c_counts, s_counts)
+    m1, m2 = canary.mean, stable.mean
+    if bounds and canary.count > 0 and stable.count > 0 and math.isfinite(m1) and math.isfinite(m2):
+        v1 = variance_bound(bounds, c_counts, m1)
+        v2 = variance_bound(bounds, s_counts, m2)
+        p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count)
+    else:
+        p_mean = 1.0
+    informative = [x for x in (p_rank, p_mean) if x < 1.0]
+    p = min(1.0, len(informative) * min(informative)) if informative else 1.0
+    level = alpha(confidence_percent)
+    ratio = _ratio(m1, m2) if math.isfinite(m1) and math.isfinite(m2) else 1.0
+    allowed = max_mean_ratio_percent / 100.0
+    worse = p < level and ratio > allowed
+    summary = (
+        f"mean {1000 * m1:.4g} ms vs stable {1000 * m2:.4g} ms (x{ratio:.3g}, allowed x{allowed:g}): "
+        f"p={p:.3g} {'<' if p < level else '≥'} {level:g} (rank {p_rank:.3g}, mean {p_mean:.3g})"
+    )
+    return Comparison(worse, p, ratio, summary)
+
+
+__all__ = [
+    "Comparison",
+    "ErrorCounts",
+    "LatencyHistogram",
+    "alpha",
+    "common_buckets",
+    "compare_error_rates",
+    "compare_latency",
+]

@@ -1,0 +1,196 @@
+"""One-sided tests of a canary against stable: error counts and latency histograms (pure math).
+
+What it owns: the small statistics canary gates need, written with ``math`` only (the operator image
+stays slim: no scipy, no numpy in ``core``). Every function takes counts and returns a p-value or a
+bound; deciding what a p-value means for a gate is ``core.comparison``'s job.
+
+What it must not do: I/O, read the clock, or look at gates and queries.
+
+Conventions: every test is **one-sided, "canary worse"** (more errors, slower), so a canary that is
+better than stable never fails; counts may be non-integers (Prometheus ``increase()`` extrapolates)
+and are used as weights where the formula allows it (rank sums, means), rounded where it does not
+(Fisher's exact test needs integers).
+
+Formulas
+--------
+- **Fisher's exact test** (:func:`fisher_greater`): canary ``a`` errors in ``n1`` requests, stable
+  ``c`` in ``n2``; with ``K = a + c`` errors in ``N = n1 + n2`` requests the canary's error count is
+  hypergeometric under H0 and ``p = P(X ≥ a) = Σ_{x=a}^{min(K,n1)} C(K,x)·C(N−K,n1−x) / C(N,n1)``,
+  each term through ``math.lgamma``.
+- **Two proportions, continuity-corrected z** (:func:`two_proportion_greater`), for large counts:
+  ``z = (a/n1 − c/n2 − (1/n1 + 1/n2)/2) / √(p̂(1−p̂)(1/n1 + 1/n2))`` with ``p̂ = K/N``; ``p = Φ̄(z)``.
+- **Mann-Whitney U over histogram buckets** (:func:`rank_sum_greater`): all observations in one
+  bucket are tied and share its mid-rank ``R_i = T_<i + (t_i + 1)/2`` (``t_i`` = both arms' count in
+  bucket ``i``, ``T_<i`` the count below it). ``U = Σ c_i·R_i − n1(n1+1)/2``, ``E[U] = n1·n2/2``,
+  ``Var[U] = n1·n2/12 · ((N+1) − Σ(t_i³ − t_i)/(N(N−1)))`` (tie correction), ``z = (U − E[U] − ½)/√Var``.
+- **Means with a variance bound** (:func:`mean_greater`): the means come exactly from ``_sum/_count``;
+  the variance is bounded from the buckets (:func:`variance_bound`), so the z-test on the difference
+  of means is conservative: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``.
+
+Worked example (the lady tasting tea, Fisher 1935): canary 3 errors in 4, stable 1 in 4 →
+``p = (C(4,3)·C(4,1) + C(4,4)·C(4,0)) / C(8,4) = (16 + 1)/70 = 0.2429``: not significant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+FISHER_MAX_ERRORS: Final = 10_000
+"""Above this many errors in both arms Fisher's sum gets long; the z-test is then accurate anyway."""
+_TAIL_EPS: Final = 1e-17
+"""Stop summing hypergeometric terms once they fall below this share of the running sum."""
+
+
+def normal_sf(z: float) -> float:
+    """``P(Z > z)`` for a standard normal Z: ``erfc(z/√2)/2``. Example: ``normal_sf(1.6449) ≈ 0.05``."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def fisher_greater(a: int, n1: int, c: int, n2: int) -> float:
+    """One-sided Fisher exact p-value that the canary's error rate (a/n1) exceeds stable's (c/n2).
+
+    Example: 1 error in 40 canary requests against 30 in 6,000 stable (0.5 %): K = 31, N = 6,040,
+    ``p = 1 − C(6009,40)/C(6040,40) ≈ 0.186`` — one error in 40 is what 0.5 % produces one time in five.
+    """
+    _check_counts(a, n1, c, n2)
+    k, n = a + c, n1 + n2
+    if a == 0:
+        return 1.0
+    hi = min(k, n1)
+    log_denominator = _log_comb(n, n1)
+    total = 0.0
+    for x in range(a, hi + 1):
+        term = math.exp(_log_comb(k, x) + _log_comb(n - k, n1 - x) - log_denominator)
+        total += term
+        if term < _TAIL_EPS * total:
+            break  # past the mode terms only shrink: the rest of the tail is negligible
+    return min(1.0, total)
+
+
+def two_proportion_greater(a: int, n1: int, c: int, n2: int) -> float:
+    """One-sided p-value of the continuity-corrected two-proportion z-test (canary rate > stable rate).
+
+    Example: 60 errors in 4,000 canary requests (1.5 %) against 500 in 100,000 (0.5 %):
+    p̂ = 560/104,000 = 0.005385, ``z = (0.015 − 0.005 − 0.000130)/√(0.005385·0.994615·0.000260) = 8.36``,
+    ``p ≈ 3e-17``.
+    """
+    _check_counts(a, n1, c, n2)
+    k, n = a + c, n1 + n2
+    if k in (0, n):
+        return 1.0  # every request errs or none does: no difference can show
+    pooled = k / n
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    z = (a / n1 - c / n2 - 0.5 * (1 / n1 + 1 / n2)) / se
+    return normal_sf(z)
+
+
+def proportion_greater(a: int, n1: int, c: int, n2: int) -> float:
+    """Fisher's exact test up to :data:`FISHER_MAX_ERRORS` errors in both arms, the z-test above it."""
+    if a + c <= FISHER_MAX_ERRORS:
+        return fisher_greater(a, n1, c, n2)
+    return two_proportion_greater(a, n1, c, n2)
+
+
+def _check_counts(a: int, n1: int, c: int, n2: int) -> None:
+    if n1 <= 0 or n2 <= 0 or not 0 <= a <= n1 or not 0 <= c <= n2:
+        raise ValueError(f"need 0 ≤ errors ≤ requests and requests > 0, got {a}/{n1} and {c}/{n2}")
+
+
+def rank_sum_greater(canary: Sequence[float], stable: Sequence[float]) -> float:
+    """One-sided Mann-Whitney p-value that canary observations rank above stable's (normal approximation).
+
+    ``canary`` and ``stable`` are per-bucket (non-cumulative) counts over the same ordered buckets.
+    Returns 1.0 when there is nothing to compare (an empty arm, or every observation in one bucket).
+
+    Example: canary ``[0, 2, 2]``, stable ``[2, 2, 0]``: mid-ranks 1.5, 4.5, 7.5; ``U = 2·4.5 + 2·7.5 − 10
+    = 14``, ``E[U] = 8``, ``Σ(t³−t) = 6 + 60 + 6 = 72``, ``Var = 16/12·(9 − 72/56) = 10.29``,
+    ``z = (14 − 8 − 0.5)/3.207 = 1.715`` → ``p = 0.0432``.
+    """
+    if len(canary) != len(stable):
+        raise ValueError("canary and stable must have the same buckets")
+    if any(x < 0 for x in canary) or any(x < 0 for x in stable):
+        raise ValueError("bucket counts must be ≥ 0")
+    n1, n2 = float(sum(canary)), float(sum(stable))
+    n = n1 + n2
+    if n1 <= 0 or n2 <= 0 or n <= 1:
+        return 1.0
+    below = 0.0
+    rank_sum = 0.0
+    ties = 0.0
+    for c_i, s_i in zip(canary, stable, strict=True):
+        t = c_i + s_i
+        rank_sum += c_i * (below + (t + 1) / 2)
+        ties += t**3 - t
+        below += t
+    u = rank_sum - n1 * (n1 + 1) / 2
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0
+    return normal_sf((u - n1 * n2 / 2 - 0.5) / math.sqrt(variance))
+
+
+def variance_bound(bounds: Sequence[float], counts: Sequence[float], mean: float) -> float:
+    """An upper bound on the variance of a histogram's observations, given their exact mean.
+
+    ``bounds`` are the buckets' upper bounds (ascending, finite, > 0); ``counts`` has one more entry, the
+    ``+Inf`` bucket, which is taken as ``[last, 2·last]`` (vLLM's last bounds, 80 s and 2,560 s, are far
+    beyond anything a gate passes). Inside bucket ``[lo, hi]`` with conditional mean ``μ`` the
+    Bhatia-Davis inequality gives ``E[X²] ≤ μ(lo + hi) − lo·hi``; the ``μ`` that maximize ``Σ p·E[X²]``
+    under ``Σ p·μ = mean`` are found greedily (raise ``μ`` first where ``lo + hi`` is largest), and the
+    bound is that maximum minus ``mean²``. It never underestimates, so a z-test built on it is
+    conservative; bucket widths are its price.
+
+    Example: every TPOT observation in vLLM's first bucket ``[0, 10 ms]`` with mean 7 ms →
+    ``(10 − 7)·(7 − 0) = 21 ms²`` (sd 4.6 ms, where the true one might be 1 ms).
+    """
+    if len(counts) != len(bounds) + 1:
+        raise ValueError("counts need one entry per bound plus the +Inf bucket")
+    total = float(sum(counts))
+    if total <= 0:
+        return 0.0
+    edges = [0.0, *bounds, 2 * bounds[-1]]
+    buckets = [(edges[i], edges[i + 1], counts[i] / total) for i in range(len(counts)) if counts[i] > 0]
+    low_mean = sum(p * lo for lo, _, p in buckets)
+    high_mean = sum(p * hi for _, hi, p in buckets)
+    mean = min(max(mean, low_mean), high_mean)  # _sum and the buckets can disagree slightly in a window
+    second = sum(p * lo * lo for lo, _, p in buckets)  # every μ at its bucket's lower edge: E[X²] = lo²
+    left = mean - low_mean
+    for lo, hi, p in sorted(buckets, key=lambda b: b[0] + b[1], reverse=True):
+        if left <= 0:
+            break
+        raise_by = min(left, p * (hi - lo))  # how much of the mean this bucket absorbs
+        second += raise_by * (lo + hi)  # E[X²] grows by Δ(pμ)·(lo + hi) under Bhatia-Davis
+        left -= raise_by
+    return max(0.0, second - mean * mean)
+
+
+def mean_greater(mean1: float, var1: float, n1: float, mean2: float, var2: float, n2: float) -> float:
+    """One-sided p-value that the canary's mean exceeds stable's: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``.
+
+    Example: TPOT means 9.1 ms (canary, 300 requests) and 7.0 ms (stable, 6,000), both bounded at
+    21 ms² → ``z = 2.1/√(21/300 + 21/6000) = 7.74`` → ``p ≈ 5e-15``.
+    """
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    se2 = var1 / n1 + var2 / n2
+    if se2 <= 0:
+        return 0.0 if mean1 > mean2 else 1.0
+    return normal_sf((mean1 - mean2) / math.sqrt(se2))
+
+
+__all__ = [
+    "FISHER_MAX_ERRORS",
+    "fisher_greater",
+    "mean_greater",
+    "normal_sf",
+    "proportion_greater",
+    "rank_sum_greater",
+    "two_proportion_greater",
+    "variance_bound",
+]
