@@ -445,7 +445,7 @@ request can move an error rate by at most 5 %."""
 
 
 class GateComparison(ApiModel):
-    """A statistical test of the canary against stable over the same window (docs/design/008-canary-statistics.md).
+    """A statistical test of the canary against stable over the same window (docs/design/009-canary-statistics.md).
 
     ErrorRate: Fisher's exact test of the error counts. Latency templates: a rank-sum test over the histogram
     buckets plus a test of the means from `_sum/_count`. One-sided: a canary that is better never fails.

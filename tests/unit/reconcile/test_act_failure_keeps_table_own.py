@@ -1,4 +1,4 @@
-"""A pass whose act fails (quota) keeps the published table's fingerprint in status (design note 008, rule 2).
+"""A pass whose act fails (quota) keeps the published table's fingerprint in status (design note 010, rule 2).
 
 Status marks the published routing table as the operator's own; writing the unpublished plan's fingerprint
 made the next pass distrust the table and restart every drain, on every failing pass: a drain that never
