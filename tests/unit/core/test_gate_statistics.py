@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,7 +21,8 @@ WINDOW = g.SampleWindow(now=NOW, step_started_at=START, initial_delay_s=60, max_
 
 
 def res(reply: fp.Reply, query: str = "q") -> QueryResult:
-    return reply.build(NOW.timestamp(), query)
+    """The answer as the adapter hands it over: data plus the freshness of its inputs (tests/fakes)."""
+    return dataclasses.replace(fp.answer(reply, NOW.timestamp()), query=query)
 
 
 def arm(
