@@ -67,6 +67,8 @@ def test_every_example_applies(crds: Kubectl, ns: str, path: Path) -> None:
 
 @pytest.mark.parametrize("case", case_params())
 def test_api_server_rejects_bad_input_naming_the_field(crds: Kubectl, ns: str, case: BadInput) -> None:
+    if not case.server:
+        pytest.skip(f"{case.id}: refused by tandem validate only; the API server needs a webhook or VAP for it")
     if case.old is not None:
         crds.run("create", "-n", ns, "-f", "-", stdin=json.dumps(case.old))
     error = server_dry_run(crds, ns, case.new)

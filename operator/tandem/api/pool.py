@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from tandem.api.base import (
+    ADMISSION_ERROR,
     DIGEST_IMAGE_PATTERN,
     ApiModel,
     DnsLabel,
@@ -25,15 +27,73 @@ from tandem.api.base import (
     LabelKey,
     LabelValue,
     Rule,
+    admission_checks,
     cel,
     immutable,
 )
-from tandem.api.common import EnvVar, Resources, SecretKeyRef, Toleration
+from tandem.api.celenv import condition_problem
+from tandem.api.common import URL_PASSWORD_PATTERN, EnvVar, Resources, SecretKeyRef, Toleration
 
 MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
 GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
 
-EngineArg = Annotated[str, Field(min_length=1, max_length=512)]
+# Engine flags Tandem sets from the spec (builders/pods.py engine_args): a user copy would override the
+# pool's shape, port or KV wiring behind the operator's back (vLLM's last occurrence wins).
+MANAGED_ENGINE_FLAGS = (
+    "model",
+    "served-model-name",
+    "host",
+    "port",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "max-model-len",
+    "max-num-seqs",
+    "enable-prefix-caching",
+    "no-enable-prefix-caching",
+    "kv-transfer-config",
+    "revision",
+    "config",
+)
+MANAGED_ENGINE_SHORT_FLAGS = ("tp", "pp")
+# Engine flags that run code or read files from outside the image, or carry a credential in the spec.
+FORBIDDEN_ENGINE_FLAGS = (
+    "trust-remote-code",
+    "middleware",
+    "tool-parser-plugin",
+    "allowed-local-media-path",
+    "api-key",
+)
+
+
+def _flag_regex(long_flags: tuple[str, ...], short_flags: tuple[str, ...] = ()) -> str:
+    """An anchored regex for ``--flag``, ``--flag=value`` (vLLM also reads ``--flag_name``) and ``-short``."""
+    names = "|".join(f.replace("-", "[-_]") for f in long_flags)
+    shorts = f"|-({'|'.join(short_flags)})" if short_flags else ""
+    return f"^(--({names}){shorts})([=\\s].*)?$"
+
+
+MANAGED_FLAG_PATTERN = _flag_regex(MANAGED_ENGINE_FLAGS, MANAGED_ENGINE_SHORT_FLAGS)
+FORBIDDEN_FLAG_PATTERN = _flag_regex(FORBIDDEN_ENGINE_FLAGS)
+
+EngineArg = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=512,
+        json_schema_extra=cel(
+            Rule(
+                f"!self.matches('{MANAGED_FLAG_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                "args: this engine flag is set by Tandem from the spec (model, parallelism, port, admission, "
+                "KV transfer) and may not be overridden",
+            ),
+            Rule(
+                f"!self.matches('{FORBIDDEN_FLAG_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                "args: this engine flag is not allowed (it runs code or reads files from outside the image, or puts "
+                "a credential in the spec)",
+            ),
+        ),
+    ),
+]
 
 
 # --- model -----------------------------------------------------------------------------------
@@ -485,6 +545,16 @@ class MetricGate(ApiModel):
     """CEL that marks a Failure, e.g. `result > baseline * 1.2`. With only a failureCondition, anything else is a
     Success."""
 
+    @field_validator("success_condition", "failure_condition")
+    @classmethod
+    def _condition_compiles(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """At admission, a condition that would only fail at run time (pausing the rollout) is refused."""
+        if value is not None and admission_checks(info):
+            problem = condition_problem(value)
+            if problem is not None:
+                raise PydanticCustomError(ADMISSION_ERROR, "{problem}", {"problem": problem})
+        return value
+
 
 class EvalGate(ApiModel):
     """A Job that runs an eval (e.g. tool-call exact match) against the canary revision."""
@@ -541,7 +611,12 @@ class AnalysisSpec(ApiModel):
                     Rule(
                         "isURL(self) && url(self).getScheme() in ['http', 'https']",
                         "analysis.prometheusAddress must be an http(s) URL",
-                    )
+                    ),
+                    Rule(
+                        f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                        "analysis.prometheusAddress may not carry a password (user:password@); the operator's "
+                        "Prometheus credentials come from its Secret",
+                    ),
                 ),
             ),
         ]
@@ -562,8 +637,19 @@ class AnalysisSpec(ApiModel):
     """How long NoData or Error may last before `onNoData` is applied."""
     on_no_data: Literal["Pause", "Rollback"] = "Pause"
     """What to do at the NoData deadline: Pause (hold, Warning Event) or Rollback."""
-    metrics: Annotated[list[MetricGate], Field(max_length=16)] = []
-    """Metric gates."""
+    metrics: Annotated[
+        list[MetricGate],
+        Field(
+            max_length=16,
+            json_schema_extra=cel(
+                Rule(
+                    "self.all(g, self.filter(x, x.name == g.name).size() == 1)",
+                    "analysis.metrics: gate names must be unique (steps and status verdicts refer to gates by name)",
+                )
+            ),
+        ),
+    ] = []
+    """Metric gates; names are unique."""
     eval: EvalGate | None = None
     """Eval gate, run in analysis steps that ask for it."""
 

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tandem import API_VERSION
+from tandem.api.base import ADMISSION_CONTEXT, ADMISSION_ERROR
 from tandem.api.celenv import holds
 from tandem.api.crdgen import openapi_schema
 from tandem.api.resources import KIND_BY_NAME, KindInfo
@@ -412,9 +413,21 @@ def validate_object(obj: Any, old: dict[str, Any] | None = None) -> list[FieldEr
     _rules(schema, work, old_work, "", errors)
     if not errors:
         try:
-            info.resource_model.model_validate(work)
+            info.resource_model.model_validate(work, context={ADMISSION_CONTEXT: True})
         except ValidationError as exc:
             for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                errors.append(FieldError(loc, f"models disagree with the schema: {err['msg']}"))
+                loc = _loc_path(err["loc"])
+                if err["type"] == ADMISSION_ERROR:
+                    # A check CEL in the CRD cannot make (the API server needs a webhook for it).
+                    errors.append(FieldError(loc, f"Invalid value: {_fmt(err['input'])}: {err['msg']}"))
+                else:
+                    errors.append(FieldError(loc, f"models disagree with the schema: {err['msg']}"))
     return errors
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ``spec.rollout.analysis.metrics[2].successCondition``."""
+    out = ""
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, part)
+    return out
