@@ -33,6 +33,7 @@ from tandem.api.base import (
 )
 from tandem.api.celenv import condition_problem
 from tandem.api.common import URL_PASSWORD_PATTERN, EnvVar, Resources, SecretKeyRef, Toleration
+from tandem.api.gatequery import QueryRenderError, QueryVars, render_query
 
 MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
 GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
@@ -496,6 +497,9 @@ class AutoscalingSpec(ApiModel):
 
 # --- rollout ---------------------------------------------------------------------------------
 
+# Any valid values do: admission checks where the variables stand, not what they become.
+_SAMPLE_QUERY_VARS = QueryVars(namespace="default", pool="pool", revision="r0")
+
 GATE_TEMPLATES = ("TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio")
 
 
@@ -544,6 +548,18 @@ class MetricGate(ApiModel):
     failure_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     """CEL that marks a Failure, e.g. `result > baseline * 1.2`. With only a failureCondition, anything else is a
     Success."""
+
+    @field_validator("query")
+    @classmethod
+    def _query_renders(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """At admission, a query whose variables cannot be rendered (unknown ``${name}``, ``$pool``, ``${pool}``
+        outside a quoted matcher) is refused; at run time it would pause the rollout with InvalidQuery."""
+        if value is not None and value.strip() and admission_checks(info):
+            try:
+                render_query(value, _SAMPLE_QUERY_VARS)
+            except QueryRenderError as exc:
+                raise PydanticCustomError(ADMISSION_ERROR, "{problem}", {"problem": str(exc)}) from None
+        return value
 
     @field_validator("success_condition", "failure_condition")
     @classmethod

@@ -240,3 +240,25 @@ def test_duplicate_gate_names_are_refused() -> None:
     gate = {"name": "ttft", "template": "TTFTP95", "successCondition": "result <= 1.0"}
     errors = errors_at(pool_with("spec.rollout.analysis.metrics", [gate, {**gate, "template": "TTFTP90"}]))
     assert "gate names must be unique" in errors["spec.rollout.analysis.metrics"]
+
+
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [
+        pytest.param('sum(rate(x{pool="${pool}",role=~"${role}"}[${interval}]))', None, id="renders"),
+        pytest.param('sum(x{pool="${pol}"})', "unknown variable ${pol}", id="unknown-variable"),
+        pytest.param('sum(x{pool="$pool"})', "write variables as ${name}", id="grafana-style"),
+        pytest.param("sum(x{pool=${pool}})", "inside a quoted label matcher", id="unquoted"),
+        pytest.param('sum(x{role="${role}"})', "is a regex", id="role-not-regex-matcher"),
+        pytest.param('sum(x{pool="${pool}})', "unterminated string", id="unterminated"),
+    ],
+)
+def test_custom_query_must_render_at_admission(query: str, problem: str | None) -> None:
+    gate = {"name": "q", "query": query, "successCondition": "result < 1.0"}
+    obj = pool_with("spec.rollout.analysis.metrics", [gate])
+    errors = errors_at(obj)
+    if problem is None:
+        assert errors == {}
+    else:
+        assert problem in errors["spec.rollout.analysis.metrics[0].query"]
+        InferencePool.model_validate(obj)  # the operator still parses it (the API server accepted it)
