@@ -168,6 +168,8 @@ def validate_files(files: list[Path], old_file: Path | None = None) -> list[tupl
         except (OSError, ManifestError) as exc:
             problems.append((str(path), FieldError("", f"cannot read: {_one_line(exc)}")))
             continue
+        if not docs:
+            problems.append((str(path), FieldError("", "no objects in the file (kubectl apply refuses it too)")))
         for index, doc in docs:
             for where, obj in _objects(doc, f"{path}[{index}]"):
                 problems.extend(_check_object(obj, where, olds))

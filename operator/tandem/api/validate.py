@@ -263,6 +263,19 @@ _LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
     "and must start and end with an alphanumeric character"
 )
+# JSON types of the other ObjectMeta fields (the API server's decoder refuses anything else).
+_METADATA_TYPES = {
+    "selfLink": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+    "generation": "integer",
+    "creationTimestamp": "string",
+    "deletionTimestamp": "string",
+    "deletionGracePeriodSeconds": "integer",
+    "ownerReferences": "array",
+    "managedFields": "array",
+}
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's total size limit for annotations
 
 
@@ -373,6 +386,14 @@ def metadata_errors(metadata: Any) -> list[FieldError]:
     size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
         errors.append(FieldError("metadata.annotations", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"))
+    for field, kind in _METADATA_TYPES.items():
+        value = metadata.get(field)
+        if value is not None and not _type_ok(kind, value):
+            errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: must be of type {kind}"))
+    for field in ("creationTimestamp", "deletionTimestamp"):
+        value = metadata.get(field)
+        if isinstance(value, str) and not _RFC3339.match(value):
+            errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: not an RFC 3339 time"))
     finalizers = metadata.get("finalizers")
     if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
         errors.append(FieldError("metadata.finalizers", "Invalid value: metadata.finalizers must be a list of strings"))

@@ -87,6 +87,9 @@ HOSTILE: list[tuple[str, bytes, str]] = [
     ("invalid-yaml", b"a: [b\n", "invalid YAML"),
     ("deep-nesting", b"[" * 20_000 + b"]" * 20_000, "nested too deeply"),
     ("list-item-bad", (b"apiVersion: v1\nkind: List\nitems:\n- 5\n"), "items[0]"),
+    ("empty-file", b"# nothing here\n---\n", "no objects"),
+    ("date-timestamp", (POOL + "metadata: {name: a, creationTimestamp: 2020-01-01}\n" + SPEC).encode(), "RFC 3339"),
+    ("generation-string", (POOL + "metadata: {name: a, generation: x}\n" + SPEC).encode(), "type integer"),
 ]
 
 
