@@ -267,3 +267,70 @@ def test_validate_agrees_with_the_api_server(crds: Kubectl, ns: str, obj: dict[s
     offline = validate_object(obj)
     server = server_dry_run(crds, ns, obj)
     assert (offline == []) == (server is None), f"offline={[str(e) for e in offline]} server={server}"
+
+
+# --- hostile objects and files (issue 19): tandem validate vs the API server -----------------------
+
+HOSTILE_OBJECTS: list[tuple[str, str, Any]] = [
+    ("name-not-dns", "metadata.name", "Bad_Name"),
+    ("label-value-int", "metadata.labels", {"a": 1}),
+    ("label-key-bad", "metadata.labels", {"-x": "y"}),
+    ("label-prefixed-ok", "metadata.labels", {"example.com/team": "ml"}),
+    ("label-value-too-long", "metadata.labels", {"x": "a" * 64}),
+    ("annotations-list", "metadata.annotations", ["x"]),
+    ("annotation-ok", "metadata.annotations", {"tandem.dev/note": "free text: ok!"}),
+    ("metadata-unknown-field", "metadata.owner", "me"),
+    ("generation-string", "metadata.generation", "x"),
+    ("replicas-beyond-int64", "spec.pairs.replicas", 2**64),
+    ("duration-largest-ok", "spec.pairs.drainTimeout", "2562047h"),
+    ("duration-past-rule", "spec.pairs.drainTimeout", "2562047h47m16s"),
+    ("duration-past-go", "spec.pairs.orphanTimeout", "99999999999999h"),
+    (
+        "env-secret-ref-ok",
+        "spec.stack.env",
+        [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}],
+    ),
+    ("env-literal-token", "spec.stack.env", [{"name": "HF_TOKEN", "value": "hf_x"}]),
+    ("env-ld-preload", "spec.stack.decode.env", [{"name": "LD_PRELOAD", "value": "/x.so"}]),
+    ("arg-ok", "spec.stack.args", ["--enable-chunked-prefill", "--max-num-batched-tokens=8192"]),
+    ("arg-port", "spec.stack.prefill.args", ["--port=9000"]),
+    ("arg-trust-remote-code", "spec.stack.args", ["--trust-remote-code"]),
+    ("prometheus-user-ok", "spec.rollout.analysis.prometheusAddress", "https://reader@prometheus:9090"),
+    ("prometheus-password", "spec.rollout.analysis.prometheusAddress", "https://a:b@prometheus:9090"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), [pytest.param(p, v, id=i) for i, p, v in HOSTILE_OBJECTS])
+def test_validate_agrees_with_the_api_server_on_hostile_objects(crds: Kubectl, ns: str, path: str, value: Any) -> None:
+    obj = copy.deepcopy(BASE)
+    _set(obj, path, value)
+    offline = validate_object(obj)
+    server = server_dry_run(crds, ns, obj)
+    assert (offline == []) == (server is None), f"offline={[str(e) for e in offline]} server={server}"
+
+
+_POOL_TEXT = (REPO / "examples" / "minimal-pool.yaml").read_text(encoding="utf-8")
+HOSTILE_FILES: list[tuple[str, str]] = [
+    ("wrong-version", _POOL_TEXT.replace("tandem.dev/v1alpha1", "tandem.dev/v1")),
+    ("unknown-kind", _POOL_TEXT.replace("kind: InferencePool", "kind: InferencePol")),
+    (
+        "list-with-a-bad-item",
+        "apiVersion: v1\nkind: List\nitems:\n- " + json.dumps({**BASE, "metadata": {"name": "Bad"}}),
+    ),
+    ("list-all-good", "apiVersion: v1\nkind: List\nitems:\n- " + json.dumps(BASE)),
+]
+
+
+@pytest.mark.parametrize("text", [pytest.param(t, id=i) for i, t in HOSTILE_FILES])
+def test_validate_files_agrees_with_kubectl_apply(crds: Kubectl, ns: str, tmp_path: Path, text: str) -> None:
+    from tandem.api.commands import validate_files  # noqa: PLC0415 - only this test needs the CLI layer
+
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    offline = validate_files([path])
+    try:
+        crds.run("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+        server = None
+    except KubectlError as exc:
+        server = exc.stderr
+    assert (offline == []) == (server is None), f"offline={[f'{w}: {e}' for w, e in offline]} server={server}"
