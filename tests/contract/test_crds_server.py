@@ -295,6 +295,8 @@ HOSTILE_OBJECTS: list[tuple[str, str, Any]] = [
     ("arg-ok", "spec.stack.args", ["--enable-chunked-prefill", "--max-num-batched-tokens=8192"]),
     ("arg-port", "spec.stack.prefill.args", ["--port=9000"]),
     ("arg-trust-remote-code", "spec.stack.args", ["--trust-remote-code"]),
+    ("memory-ok", "spec.stack.prefill.resources", {"memory": "512Gi", "cpu": "500m"}),
+    ("memory-beyond-8Ei", "spec.stack.decode.resources", {"memory": "9999999999999999E"}),
     ("prometheus-user-ok", "spec.rollout.analysis.prometheusAddress", "https://reader@prometheus:9090"),
     ("prometheus-password", "spec.rollout.analysis.prometheusAddress", "https://a:b@prometheus:9090"),
 ]

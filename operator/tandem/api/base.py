@@ -39,7 +39,6 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 DIGEST_IMAGE_PATTERN = r"^[^@\s]+@sha256:[a-f0-9]{64}$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 ShortText = Annotated[str, Field(max_length=256)]
 Text = Annotated[str, Field(max_length=1024)]
@@ -104,6 +103,21 @@ Duration = Annotated[
         ),
     ),
     AfterValidator(_go_duration),
+]
+
+
+# Quantities stay below 2^63 (bytes or cores): what an int64 field of a pod, a Mooncake flag or a JSON
+# config can carry. The pattern alone lets 32 digits of exabytes through.
+MAX_QUANTITY = "8Ei"
+Quantity = Annotated[
+    str,
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=32,
+        json_schema_extra=cel(
+            Rule(f"quantity(self).isLessThan(quantity('{MAX_QUANTITY}'))", f"must be less than {MAX_QUANTITY}")
+        ),
+    ),
 ]
 
 

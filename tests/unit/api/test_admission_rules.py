@@ -262,3 +262,19 @@ def test_custom_query_must_render_at_admission(query: str, problem: str | None) 
     else:
         assert problem in errors["spec.rollout.analysis.metrics[0].query"]
         InferencePool.model_validate(obj)  # the operator still parses it (the API server accepted it)
+
+
+@pytest.mark.parametrize(
+    ("memory", "ok"),
+    [
+        pytest.param("512Gi", True, id="ordinary"),
+        pytest.param("7Ei", True, id="below-bound"),
+        pytest.param("8Ei", False, id="at-bound"),
+        pytest.param("9" * 31 + "E", False, id="31-digit-exabytes"),
+    ],
+)
+def test_quantities_stay_below_8ei(memory: str, ok: bool) -> None:
+    errors = errors_at(pool_with("spec.stack.prefill.resources", {"memory": memory}))
+    assert (errors == {}) is ok
+    if not ok:
+        assert "must be less than 8Ei" in errors["spec.stack.prefill.resources.memory"]
