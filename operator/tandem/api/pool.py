@@ -63,6 +63,7 @@ FORBIDDEN_ENGINE_FLAGS = (
     "tool-parser-plugin",
     "allowed-local-media-path",
     "api-key",
+    "hf-token",
 )
 
 
@@ -114,7 +115,20 @@ class ModelSpec(ApiModel):
     ]
     """Name clients ask for (vLLM `--served-model-name`), e.g. `MiniMaxAI/MiniMax-M3.1-Flash`. Immutable: serve a new
     name from a new pool."""
-    source: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^(hf|s3|gs|pvc|oci|file)://.+$")]
+    source: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=512,
+            pattern=r"^(hf|s3|gs|pvc|oci|file)://.+$",
+            json_schema_extra=cel(
+                Rule(
+                    f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                    "model.source may not carry a password (user:password@): use model.tokenSecretRef",
+                )
+            ),
+        ),
+    ]
     """Where the weights come from: `hf://org/model`, `s3://bucket/path`, `gs://...`, `pvc://claim/path`, `oci://...`
     or `file:///path`."""
     revision: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None

@@ -148,6 +148,7 @@ def test_a_stored_pool_with_an_overflowing_duration_makes_the_pass_report_not_ra
         pytest.param("--trust-remote-code", "not allowed", id="trust-remote-code"),
         pytest.param("--api-key=sk-123", "not allowed", id="api-key-literal"),
         pytest.param("--middleware=evil.mod", "not allowed", id="middleware"),
+        pytest.param("--hf-token=hf_x", "not allowed", id="hf-token-literal"),
     ],
 )
 def test_engine_args(arg: str, refused: str | None) -> None:
@@ -278,3 +279,18 @@ def test_quantities_stay_below_8ei(memory: str, ok: bool) -> None:
     assert (errors == {}) is ok
     if not ok:
         assert "must be less than 8Ei" in errors["spec.stack.prefill.resources.memory"]
+
+
+@pytest.mark.parametrize(
+    ("source", "ok"),
+    [
+        pytest.param("hf://Qwen/Qwen3-8B", True, id="hf"),
+        pytest.param("oci://registry.example:5000/models/qwen@sha256:" + "a" * 64, True, id="oci-with-port"),
+        pytest.param("s3://AKIAEXAMPLE:secret@models/qwen", False, id="s3-key-and-secret"),
+    ],
+)
+def test_model_source_carries_no_password(source: str, ok: bool) -> None:
+    errors = errors_at(pool_with("spec.model.source", source))
+    assert (errors == {}) is ok
+    if not ok:
+        assert "may not carry a password" in errors["spec.model.source"]
