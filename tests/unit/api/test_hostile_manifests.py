@@ -226,3 +226,21 @@ def test_random_documents_never_crash_validate(data: object) -> None:
 @given(prefix=st.text(max_size=60), cut=st.integers(min_value=0, max_value=len(MINIMAL)))
 def test_truncated_and_spliced_yaml_never_crash_validate(prefix: str, cut: int) -> None:
     _clean(*run_validate((prefix + MINIMAL[:cut] + "\n" + MINIMAL[cut:]).encode("utf-8", "surrogatepass")))
+
+
+@PROPERTY
+@given(
+    old=st.one_of(
+        st.binary(max_size=200),
+        st.one_of(_json, mutated_pools()).map(lambda v: yaml.safe_dump(v, allow_unicode=True).encode()),
+    )
+)
+def test_random_old_files_never_crash_validate(old: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        new_path, old_path = Path(tmp) / "new.yaml", Path(tmp) / "old.yaml"
+        new_path.write_text(MINIMAL, encoding="utf-8")
+        old_path.write_bytes(old)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["validate", str(new_path), "--old", str(old_path)])
+    _clean(code, out.getvalue() + err.getvalue())
