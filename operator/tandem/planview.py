@@ -92,7 +92,12 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
 def run_plan(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    docs = [d for d in load_documents(Path(args.file)) if isinstance(d, dict) and d.get("kind") == "InferencePool"]
+    try:
+        loaded = load_documents(Path(args.file))
+    except (OSError, ValueError) as exc:
+        print(f"{args.file}: cannot read: {exc}", file=sys.stderr)
+        return 1
+    docs = [d for d in loaded if isinstance(d, dict) and d.get("kind") == "InferencePool"]
     if not docs:
         print(f"{args.file}: no InferencePool in it", file=sys.stderr)
         return 1

@@ -19,8 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 from pydantic.alias_generators import to_camel
+
+from tandem.api.quantity import MAX_DURATION, parse_duration_ns
 
 # Go-style durations the API server's CEL ``duration()`` accepts ("30s", "5m", "1h30m", "500ms").
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
@@ -37,8 +39,6 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 DIGEST_IMAGE_PATTERN = r"^[^@\s]+@sha256:[a-f0-9]{64}$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 ShortText = Annotated[str, Field(max_length=256)]
 Text = Annotated[str, Field(max_length=1024)]
@@ -80,6 +80,57 @@ def cel(*rules: Rule, **extra: Any) -> dict[str, Any]:
 def immutable(name: str) -> dict[str, Any]:
     """Schema extras for a field that may not change once set (a transition rule)."""
     return cel(Rule("self == oldSelf", f"{name} is immutable", reason="FieldValueForbidden"))
+
+
+def _go_duration(value: str) -> str:
+    """Refuse a duration Go cannot hold (the CRD rule below does the same in the API server)."""
+    parse_duration_ns(value)
+    return value
+
+
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        # Beyond Go's int64 nanoseconds duration() itself fails: the API server then reports
+        # "... evaluating rule: <message>", so the message shows either way.
+        json_schema_extra=cel(
+            Rule(
+                f"duration(self) <= duration('{MAX_DURATION}')",
+                f"must be a duration of at most {MAX_DURATION} (Go's limit, about 292 years)",
+            )
+        ),
+    ),
+    AfterValidator(_go_duration),
+]
+
+
+# Quantities stay below 2^63 (bytes or cores): what an int64 field of a pod, a Mooncake flag or a JSON
+# config can carry. The pattern alone lets 32 digits of exabytes through.
+MAX_QUANTITY = "8Ei"
+Quantity = Annotated[
+    str,
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=32,
+        json_schema_extra=cel(
+            Rule(f"quantity(self).isLessThan(quantity('{MAX_QUANTITY}'))", f"must be less than {MAX_QUANTITY}")
+        ),
+    ),
+]
+
+
+# Validation context key that turns on the checks only admission can make (a gate condition that does not
+# compile...). Off when the operator parses a stored object: the API server accepted it, so refusing it
+# there would stop every reconcile of the pool instead of pausing one rollout step.
+ADMISSION_CONTEXT = "tandem.dev/admission"
+ADMISSION_ERROR = "admission"
+
+
+def admission_checks(info: ValidationInfo) -> bool:
+    """True when a validator runs for ``tandem validate`` (admission), not for the operator's parse."""
+    return isinstance(info.context, dict) and bool(info.context.get(ADMISSION_CONTEXT))
 
 
 class ApiModel(BaseModel):

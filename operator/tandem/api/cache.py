@@ -25,7 +25,7 @@ from tandem.api.base import (
     Rule,
     cel,
 )
-from tandem.api.common import ConditionList, Resources, Toleration
+from tandem.api.common import URL_PASSWORD_PATTERN, ConditionList, Resources, Toleration
 from tandem.api.pool import RdmaResource
 
 
@@ -47,7 +47,23 @@ class MasterHa(ApiModel):
     backend: Literal["etcd", "redis"] = "etcd"
     """Leader-election backend (`--ha_backend_type`). The Kubernetes-lease backend needs a special Mooncake build and
     is not offered."""
-    conn_string: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    conn_string: (
+        Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=512,
+                json_schema_extra=cel(
+                    Rule(
+                        f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                        "ha.connString may not carry a password (user:password@): the backend must not need one "
+                        "in the spec",
+                    )
+                ),
+            ),
+        ]
+        | None
+    ) = None
     """Backend address (`--ha_backend_connstring`), e.g. `etcd-0:2379;etcd-1:2379` or `redis://redis:6379`."""
 
 

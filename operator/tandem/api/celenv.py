@@ -25,7 +25,7 @@ import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
-from tandem.api.quantity import parse_quantity
+from tandem.api.quantity import parse_duration_ns, parse_quantity
 
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 
@@ -63,6 +63,13 @@ def _is_sorted(items: Any) -> celtypes.BoolType:
     return celtypes.BoolType(all(values[i] <= values[i + 1] for i in range(len(values) - 1)))
 
 
+def _duration(value: Any) -> celtypes.DurationType:
+    """``duration(s)`` with Go's range: beyond int64 nanoseconds it is an error, as in the API server."""
+    if isinstance(value, str):
+        parse_duration_ns(value)  # raises ValueError (an evaluation error) when out of Go's range
+    return celtypes.DurationType(value)
+
+
 def _quantity(text: Any) -> _Quantity:
     return _Quantity(parse_quantity(str(text)))
 
@@ -75,6 +82,7 @@ FUNCTIONS: dict[str, Any] = {
     "getHost": lambda u: celtypes.StringType(u.parts.netloc),
     "getHostname": lambda u: celtypes.StringType(u.parts.hostname or ""),
     "getEscapedPath": lambda u: celtypes.StringType(u.parts.path),
+    "duration": _duration,
     "quantity": _quantity,
     "isQuantity": lambda s: celtypes.BoolType(_try_quantity(s)),
     "isLessThan": lambda a, b: celtypes.BoolType(a.value < b.value),
@@ -106,6 +114,59 @@ def compile_check(expression: str) -> str | None:
         _program(expression)
     except Exception as exc:
         return str(exc).splitlines()[0]
+    return None
+
+
+# What a gate's successCondition/failureCondition may read (core.gates evaluates them with these doubles).
+CONDITION_VARIABLES = ("result", "baseline")
+_TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"})
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_SAMPLE = {"result": 1.0, "baseline": 1.0}
+
+
+def _identifiers(tree: Any) -> tuple[set[str], set[str]]:
+    """(identifiers read, variables bound by comprehension macros) in a compiled expression's tree."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for node in tree.iter_subtrees():
+        if node.data == "ident":
+            read.add(str(node.children[0]))
+        elif node.data == "member_dot_arg" and len(node.children) >= 3 and str(node.children[1]) in _MACROS:
+            args = node.children[2]
+            first = next(iter(args.children), None) if hasattr(args, "children") else None
+            if first is not None:
+                bound.update(str(sub.children[0]) for sub in first.iter_subtrees() if sub.data == "ident")
+    return read, bound
+
+
+def _type_name(value: Any) -> str:
+    for kind, name in ((bool, "bool"), (int, "int"), (float, "double"), (str, "string"), (list, "list"), (dict, "map")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def condition_problem(expression: str) -> str | None:
+    """Why a gate condition would fail at run time (None when it is fine): it does not parse, reads a
+    variable other than ``result``/``baseline``, or does not evaluate to a boolean."""
+    try:
+        tree = _ENV.compile(expression)
+    except Exception as exc:
+        return "does not compile: " + " ".join(str(exc).split())[:200]
+    read, bound = _identifiers(tree)
+    unknown = sorted(read - bound - set(CONDITION_VARIABLES) - _TYPE_NAMES)
+    if unknown:
+        return f"unknown variable {unknown[0]!r}: a condition may read only result and baseline"
+    try:
+        value = evaluate(expression, _SAMPLE)
+    except CelError as exc:
+        if "by zero" in str(exc):
+            return None  # depends on the data, not on the expression
+        return "cannot be evaluated with result and baseline as numbers: " + " ".join(str(exc).split())[:200]
+    except Exception as exc:
+        return "cannot be evaluated: " + " ".join(str(exc).split())[:200]
+    if not isinstance(value, celtypes.BoolType):
+        return f"must be a boolean expression (it gives a {_type_name(value)})"
     return None
 
 

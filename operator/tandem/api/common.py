@@ -41,6 +41,34 @@ RESERVED_ENV = (
 )
 
 
+# Variables that make the loader or interpreter run code from outside the image (LD_* too, by prefix).
+INJECTION_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONINSPECT",
+    "PYTHONBREAKPOINT",
+    "PYTHONEXECUTABLE",
+    "BASH_ENV",
+    "ENV",
+)
+# Env names that hold credentials: a literal value there would sit in the spec, in every revision
+# snapshot and in `kubectl get -o yaml`; it must come from valueFrom.secretKeyRef (security.md S-SEC-03).
+SECRET_ENV_NAME_PATTERN = r"(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|APIKEY|CREDENTIALS?)(_|$)"
+# A URL whose user-info carries a password (scheme://user:password@host).
+URL_PASSWORD_PATTERN = r"^[A-Za-z][-A-Za-z0-9+.]*://[^/@\s]*:[^/@\s]*@"
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+def _cel_regex(pattern: str) -> str:
+    """A regex as a single-quoted CEL string literal body (backslashes doubled)."""
+    return pattern.replace("\\", "\\\\")
+
+
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the pool's own namespace. The kubelet reads it; Tandem never does."""
 
@@ -70,6 +98,16 @@ class EnvVar(ApiModel):
                 "!(self.name in " + str(list(RESERVED_ENV)).replace('"', "'") + ")",
                 "env: this variable is set by Tandem and may not be overridden",
                 field_path=".name",
+            ),
+            Rule(
+                f"!self.name.startsWith('LD_') && !(self.name in {_cel_list(INJECTION_ENV)})",
+                "env: this variable loads code from outside the image (LD_*, PYTHONPATH...) and is not allowed",
+                field_path=".name",
+            ),
+            Rule(
+                f"!has(self.value) || self.value == '' || !self.name.matches('{_cel_regex(SECRET_ENV_NAME_PATTERN)}')",
+                "env: a token, key, secret or password may not be a literal value: use valueFrom.secretKeyRef",
+                field_path=".value",
             ),
         )
     }

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from tandem.api.base import (
+    ADMISSION_ERROR,
     DIGEST_IMAGE_PATTERN,
     ApiModel,
     DnsLabel,
@@ -25,15 +27,75 @@ from tandem.api.base import (
     LabelKey,
     LabelValue,
     Rule,
+    admission_checks,
     cel,
     immutable,
 )
-from tandem.api.common import EnvVar, Resources, SecretKeyRef, Toleration
+from tandem.api.celenv import condition_problem
+from tandem.api.common import URL_PASSWORD_PATTERN, EnvVar, Resources, SecretKeyRef, Toleration
+from tandem.api.gatequery import QueryRenderError, QueryVars, render_query
 
 MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
 GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
 
-EngineArg = Annotated[str, Field(min_length=1, max_length=512)]
+# Engine flags Tandem sets from the spec (builders/pods.py engine_args): a user copy would override the
+# pool's shape, port or KV wiring behind the operator's back (vLLM's last occurrence wins).
+MANAGED_ENGINE_FLAGS = (
+    "model",
+    "served-model-name",
+    "host",
+    "port",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "max-model-len",
+    "max-num-seqs",
+    "enable-prefix-caching",
+    "no-enable-prefix-caching",
+    "kv-transfer-config",
+    "revision",
+    "config",
+)
+MANAGED_ENGINE_SHORT_FLAGS = ("tp", "pp")
+# Engine flags that run code or read files from outside the image, or carry a credential in the spec.
+FORBIDDEN_ENGINE_FLAGS = (
+    "trust-remote-code",
+    "middleware",
+    "tool-parser-plugin",
+    "allowed-local-media-path",
+    "api-key",
+    "hf-token",
+)
+
+
+def _flag_regex(long_flags: tuple[str, ...], short_flags: tuple[str, ...] = ()) -> str:
+    """An anchored regex for ``--flag``, ``--flag=value`` (vLLM also reads ``--flag_name``) and ``-short``."""
+    names = "|".join(f.replace("-", "[-_]") for f in long_flags)
+    shorts = f"|-({'|'.join(short_flags)})" if short_flags else ""
+    return f"^(--({names}){shorts})([=\\s].*)?$"
+
+
+MANAGED_FLAG_PATTERN = _flag_regex(MANAGED_ENGINE_FLAGS, MANAGED_ENGINE_SHORT_FLAGS)
+FORBIDDEN_FLAG_PATTERN = _flag_regex(FORBIDDEN_ENGINE_FLAGS)
+
+EngineArg = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=512,
+        json_schema_extra=cel(
+            Rule(
+                f"!self.matches('{MANAGED_FLAG_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                "args: this engine flag is set by Tandem from the spec (model, parallelism, port, admission, "
+                "KV transfer) and may not be overridden",
+            ),
+            Rule(
+                f"!self.matches('{FORBIDDEN_FLAG_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                "args: this engine flag is not allowed (it runs code or reads files from outside the image, or puts "
+                "a credential in the spec)",
+            ),
+        ),
+    ),
+]
 
 
 # --- model -----------------------------------------------------------------------------------
@@ -53,7 +115,20 @@ class ModelSpec(ApiModel):
     ]
     """Name clients ask for (vLLM `--served-model-name`), e.g. `MiniMaxAI/MiniMax-M3.1-Flash`. Immutable: serve a new
     name from a new pool."""
-    source: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^(hf|s3|gs|pvc|oci|file)://.+$")]
+    source: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=512,
+            pattern=r"^(hf|s3|gs|pvc|oci|file)://.+$",
+            json_schema_extra=cel(
+                Rule(
+                    f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                    "model.source may not carry a password (user:password@): use model.tokenSecretRef",
+                )
+            ),
+        ),
+    ]
     """Where the weights come from: `hf://org/model`, `s3://bucket/path`, `gs://...`, `pvc://claim/path`, `oci://...`
     or `file:///path`."""
     revision: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
@@ -436,6 +511,9 @@ class AutoscalingSpec(ApiModel):
 
 # --- rollout ---------------------------------------------------------------------------------
 
+# Any valid values do: admission checks where the variables stand, not what they become.
+_SAMPLE_QUERY_VARS = QueryVars(namespace="default", pool="pool", revision="r0")
+
 GATE_TEMPLATES = ("TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio")
 
 
@@ -518,6 +596,28 @@ class MetricGate(ApiModel):
     """Compare the canary with stable statistically. With a condition as well, the gate fails only when both say
     so: the condition is then an absolute floor (e.g. `result > 0.01` for errors)."""
 
+    @field_validator("query")
+    @classmethod
+    def _query_renders(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """At admission, a query whose variables cannot be rendered (unknown ``${name}``, ``$pool``, ``${pool}``
+        outside a quoted matcher) is refused; at run time it would pause the rollout with InvalidQuery."""
+        if value is not None and value.strip() and admission_checks(info):
+            try:
+                render_query(value, _SAMPLE_QUERY_VARS)
+            except QueryRenderError as exc:
+                raise PydanticCustomError(ADMISSION_ERROR, "{problem}", {"problem": str(exc)}) from None
+        return value
+
+    @field_validator("success_condition", "failure_condition")
+    @classmethod
+    def _condition_compiles(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """At admission, a condition that would only fail at run time (pausing the rollout) is refused."""
+        if value is not None and admission_checks(info):
+            problem = condition_problem(value)
+            if problem is not None:
+                raise PydanticCustomError(ADMISSION_ERROR, "{problem}", {"problem": problem})
+        return value
+
 
 class EvalGate(ApiModel):
     """A Job that runs an eval (e.g. tool-call exact match) against the canary revision."""
@@ -574,7 +674,12 @@ class AnalysisSpec(ApiModel):
                     Rule(
                         "isURL(self) && url(self).getScheme() in ['http', 'https']",
                         "analysis.prometheusAddress must be an http(s) URL",
-                    )
+                    ),
+                    Rule(
+                        f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
+                        "analysis.prometheusAddress may not carry a password (user:password@); the operator's "
+                        "Prometheus credentials come from its Secret",
+                    ),
                 ),
             ),
         ]
@@ -595,8 +700,19 @@ class AnalysisSpec(ApiModel):
     """How long NoData or Error may last before `onNoData` is applied."""
     on_no_data: Literal["Pause", "Rollback"] = "Pause"
     """What to do at the NoData deadline: Pause (hold, Warning Event) or Rollback."""
-    metrics: Annotated[list[MetricGate], Field(max_length=16)] = []
-    """Metric gates."""
+    metrics: Annotated[
+        list[MetricGate],
+        Field(
+            max_length=16,
+            json_schema_extra=cel(
+                Rule(
+                    "self.all(g, self.filter(x, x.name == g.name).size() == 1)",
+                    "analysis.metrics: gate names must be unique (steps and status verdicts refer to gates by name)",
+                )
+            ),
+        ),
+    ] = []
+    """Metric gates; names are unique."""
     eval: EvalGate | None = None
     """Eval gate, run in analysis steps that ask for it."""
 

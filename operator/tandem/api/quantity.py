@@ -6,7 +6,7 @@ into bytes or cores, and of Go duration strings (``30s``, ``1h30m``) into second
 rely on these, so the offline validator and the planners agree with the API server's arithmetic.
 
 Worked example: ``parse_quantity("64Gi") == 68719476736``; ``parse_quantity("500m") == Fraction(1, 2)``;
-``parse_duration("1h30m") == 5400.0``.
+``parse_duration("1h30m") == 5400.0``; ``parse_duration("2562048h")`` raises (beyond Go's int64 nanoseconds).
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ _DECIMAL: dict[str, Fraction | int] = {
 }
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+# Go's time.Duration is an int64 of nanoseconds: about 292 years. The API server's CEL `duration()`
+# refuses anything longer, and so must every parser here (a longer one overflowed timedelta arithmetic).
+MAX_DURATION_NS = 2**63 - 1
+MAX_DURATION = "2562047h"  # the longest whole-hour duration Go can hold; what CRD rules compare against
 
 
 def parse_quantity(text: str) -> Fraction:
@@ -45,18 +49,28 @@ def quantity_bytes(text: str) -> int:
     return int(parse_quantity(text))
 
 
-def parse_duration(text: str) -> float:
-    """Return a Go duration string in seconds; raise ValueError on anything else."""
+def parse_duration_ns(text: str) -> int:
+    """A Go duration string in whole nanoseconds, exactly as Go's ``time.ParseDuration`` reads it.
+
+    Raise ValueError on anything else, including a duration beyond Go's int64 nanoseconds (~292 years).
+    """
     text = text.strip()
-    pos, total = 0, 0.0
+    pos, total = 0, Fraction(0)
     for match in _DURATION_PART.finditer(text):
         if match.start() != pos:
             break
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        total += Fraction(match.group(1)) * _DURATION_UNITS_NS[match.group(2)]
+        if total > MAX_DURATION_NS:
+            raise ValueError(f"duration out of range (more than {MAX_DURATION}, Go's limit): {text[:40]!r}")
         pos = match.end()
     if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r}")
-    return total
+        raise ValueError(f"not a duration: {text[:40]!r}")
+    return int(total)
+
+
+def parse_duration(text: str) -> float:
+    """Return a Go duration string in seconds; raise ValueError on anything else (see parse_duration_ns)."""
+    return parse_duration_ns(text) / 10**9
 
 
 def format_bytes(value: int) -> str:

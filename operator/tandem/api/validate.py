@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tandem import API_VERSION
+from tandem.api.base import ADMISSION_CONTEXT, ADMISSION_ERROR
 from tandem.api.celenv import holds
 from tandem.api.crdgen import openapi_schema
 from tandem.api.resources import KIND_BY_NAME, KindInfo
@@ -228,6 +230,185 @@ def _rules(schema: dict[str, Any], value: Any, old: Any, path: str, errors: list
             errors.append(FieldError(where, f"Invalid value: {shown}: {rule['message']}"))
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# ObjectMeta fields a manifest may carry (strict field validation refuses any other).
+_METADATA_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character"
+)
+# JSON types of the other ObjectMeta fields (the API server's decoder refuses anything else).
+_METADATA_TYPES = {
+    "selfLink": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+    "generation": "integer",
+    "creationTimestamp": "string",
+    "deletionTimestamp": "string",
+    "deletionGracePeriodSeconds": "integer",
+    "ownerReferences": "array",
+    "managedFields": "array",
+}
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's total size limit for annotations
+
+
+def json_value_errors(value: Any, path: str = "") -> list[FieldError]:
+    """Values JSON (and so the API server) cannot carry: integers beyond int64, NaN/Inf, non-string keys."""
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, bool) or node is None or isinstance(node, str):
+            continue
+        if isinstance(node, int):
+            if not INT64_MIN <= node <= INT64_MAX:
+                errors.append(FieldError(where, f"Invalid value: {node}: integer beyond the int64 range"))
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                errors.append(FieldError(where, f"Invalid value: {node}: not a finite number (JSON has no NaN or Inf)"))
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    errors.append(FieldError(where, f"Invalid value: {key!r}: object keys must be strings"))
+                    continue
+                stack.append((item, _join(where, key)))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in enumerate(node))
+        else:
+            errors.append(FieldError(where, f"Invalid value: a {type(node).__name__} has no JSON form"))
+    return errors
+
+
+def _qualified_name_error(key: str) -> str | None:
+    """Why ``key`` is not a valid label/annotation key (Kubernetes IsQualifiedName), or None."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return "prefix part must be non-empty"
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return f"prefix part {_SUBDOMAIN_MSG}"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _QUALIFIED_NAME.match(name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', "
+            "and must start and end with an alphanumeric character"
+        )
+    return None
+
+
+def _string_map(meta: dict[str, Any], field: str, errors: list[FieldError]) -> dict[str, str]:
+    value = meta.get(field)
+    if value is None:
+        return {}
+    path = f"metadata.{field}"
+    if not isinstance(value, dict):
+        errors.append(FieldError(path, f"Invalid value: {_fmt(value)}: {path} must be an object of strings"))
+        return {}
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(item, str):
+            errors.append(FieldError(f"{path}[{key}]", f"Invalid value: {_fmt(item)}: must be a string"))
+            continue
+        reason = _qualified_name_error(str(key))
+        if reason:
+            errors.append(FieldError(path, f"Invalid value: {_fmt(key)}: {reason}"))
+        out[str(key)] = item
+    return out
+
+
+def metadata_errors(metadata: Any) -> list[FieldError]:
+    """What the API server's ObjectMeta validation says about a namespaced object's metadata."""
+    if metadata is None:
+        return [FieldError("metadata.name", "Required value: name or generateName is required")]
+    if not isinstance(metadata, dict):
+        return [FieldError("metadata", f"Invalid value: {_fmt(metadata)}: metadata must be an object")]
+    errors: list[FieldError] = []
+    for key in metadata:
+        if key not in _METADATA_FIELDS:
+            errors.append(FieldError(f"metadata.{key}", f'unknown field "metadata.{key}"'))
+    name = metadata.get("name")
+    if name is None or name == "":
+        if not metadata.get("generateName"):
+            errors.append(FieldError("metadata.name", "Required value: name or generateName is required"))
+    elif not isinstance(name, str):
+        errors.append(FieldError("metadata.name", f"Invalid value: {_fmt(name)}: metadata.name must be a string"))
+    elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        errors.append(FieldError("metadata.name", f"Invalid value: {_fmt(name)}: {_SUBDOMAIN_MSG}"))
+    for field in ("generateName", "namespace"):
+        value = metadata.get(field)
+        if value is not None and not isinstance(value, str):
+            errors.append(
+                FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: metadata.{field} must be a string")
+            )
+    namespace = metadata.get("namespace")
+    if isinstance(namespace, str) and namespace and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
+        errors.append(FieldError("metadata.namespace", f"Invalid value: {_fmt(namespace)}: {_LABEL_MSG}"))
+    labels = _string_map(metadata, "labels", errors)
+    for value in labels.values():
+        if len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(
+                FieldError(
+                    "metadata.labels",
+                    f"Invalid value: {_fmt(value)}: a valid label value must be 63 characters or less and "
+                    "must be empty or begin and end with an alphanumeric character",
+                )
+            )
+    annotations = _string_map(metadata, "annotations", errors)
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        errors.append(FieldError("metadata.annotations", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"))
+    for field, kind in _METADATA_TYPES.items():
+        value = metadata.get(field)
+        if value is not None and not _type_ok(kind, value):
+            errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: must be of type {kind}"))
+    for field in ("creationTimestamp", "deletionTimestamp"):
+        value = metadata.get(field)
+        if isinstance(value, str) and not _RFC3339.match(value):
+            errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: not an RFC 3339 time"))
+    finalizers = metadata.get("finalizers")
+    if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
+        errors.append(FieldError("metadata.finalizers", "Invalid value: metadata.finalizers must be a list of strings"))
+    return errors
+
+
+def prune_nulls(value: Any) -> Any:
+    """Drop null object fields, as the API server does for fields that are not nullable (none of ours are)."""
+    if isinstance(value, dict):
+        return {k: prune_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [prune_nulls(v) for v in value]
+    return value
+
+
 def validate_object(obj: Any, old: dict[str, Any] | None = None) -> list[FieldError]:
     """Every error `kubectl apply` would report for ``obj`` (an update of ``old`` when given)."""
     if not isinstance(obj, dict):
@@ -235,23 +416,39 @@ def validate_object(obj: Any, old: dict[str, Any] | None = None) -> list[FieldEr
     kind = obj.get("kind")
     if obj.get("apiVersion") != API_VERSION or kind not in KIND_BY_NAME:
         return [FieldError("", f"not a Tandem object: apiVersion {obj.get('apiVersion')!r} kind {kind!r}")]
+    value_errors = json_value_errors(obj)
+    if value_errors:
+        return value_errors
+    meta_errors = metadata_errors(obj.get("metadata"))
+    if meta_errors:
+        return meta_errors
     info = KIND_BY_NAME[str(kind)]
     schema = _schema(info.kind)
-    work = apply_defaults(schema, copy.deepcopy(obj))
-    old_work = apply_defaults(schema, copy.deepcopy(old)) if old is not None else None
+    work = apply_defaults(schema, prune_nulls(obj))
+    old_work = None
+    if isinstance(old, dict) and not json_value_errors(old):
+        old_work = apply_defaults(schema, prune_nulls(old))
     errors: list[FieldError] = []
-    metadata = work.get("metadata")
-    if not isinstance(metadata, dict) or not metadata.get("name"):
-        errors.append(FieldError("metadata.name", "Required value: name or generateName is required"))
-        return errors
     if not _check(schema, work, "", errors):
         return errors
     _rules(schema, work, old_work, "", errors)
     if not errors:
         try:
-            info.resource_model.model_validate(work)
+            info.resource_model.model_validate(work, context={ADMISSION_CONTEXT: True})
         except ValidationError as exc:
             for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                errors.append(FieldError(loc, f"models disagree with the schema: {err['msg']}"))
+                loc = _loc_path(err["loc"])
+                if err["type"] == ADMISSION_ERROR:
+                    # A check CEL in the CRD cannot make (the API server needs a webhook for it).
+                    errors.append(FieldError(loc, f"Invalid value: {_fmt(err['input'])}: {err['msg']}"))
+                else:
+                    errors.append(FieldError(loc, f"models disagree with the schema: {err['msg']}"))
     return errors
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ``spec.rollout.analysis.metrics[2].successCondition``."""
+    out = ""
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, part)
+    return out

@@ -552,6 +552,14 @@ async def reconcile_pool(
         snapshot = await observe_scaling(snapshot, metrics, memory)
     except NotFound:
         return PassResult(requeue_after=None, duration=time.monotonic() - started)
+    except ValidationError as exc:
+        # Stored before a CRD rule existed (or the CRD is stale): never plan from it, never raise every pass.
+        first = " ".join(str(exc).split())[:500]
+        return PassResult(
+            requeue_after=ERROR_BACKOFF * 4,
+            error=f"InferencePool {namespace}/{name} is not valid: {first}",
+            duration=time.monotonic() - started,
+        )
     except KubeError as exc:
         return PassResult(requeue_after=_backoff(exc), error=str(exc), duration=time.monotonic() - started)
     async with lock:
