@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -189,7 +190,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     in_rollout = status.phase in ("Progressing", "Paused", "RollingBack")
 
     # 1. Abort requests: a no-op without a rollout (DP-08); otherwise roll back.
-    abort = inp.abort_request and inp.abort_request != handled
+    abort = is_new_request(inp.abort_request, handled)
     if abort:
         handled = inp.abort_request
         if status.phase in ("Progressing", "Paused"):
@@ -276,7 +277,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         return _rolling_back(inp, status, stable, desired, events)
 
     # 5. Promote requests skip the current step (or, with a "full-" prefix, every step).
-    promote = inp.promote_request and inp.promote_request != handled
+    promote = is_new_request(inp.promote_request, handled)
     if promote:
         handled = inp.promote_request
         full = inp.promote_request.startswith("full")
@@ -450,6 +451,30 @@ def _progressing(
         progressing_reason=c.REASON_ROLLOUT_IN_PROGRESS,
         message=status.message,
     )
+
+
+_REQUEST_TIME = re.compile(r"^(?:full-)?(\d{8}T\d{6}Z)-")
+
+
+def is_new_request(request: str, handled: str) -> bool:
+    """Whether a promote or abort request still has to be carried out.
+
+    One field, ``status.rollout.handledAction``, records the last request of *either* kind carried out,
+    and both annotations stay on the pool. Comparing for inequality alone re-ran old requests: after a
+    promote P and then an abort A, P differs from A, so P skipped a step of the *next* rollout with
+    nobody asking. Request ids from `tandem rollout` start with their UTC time (``[full-]YYYYMMDDTHHMMSSZ-
+    <hex>``), so a request older than the one handled last is not new. Ids without that shape (written
+    by hand) fall back to inequality.
+
+    Example: handled ``20261201T100500Z-a1`` (an abort); the pool still carries promote
+    ``20261201T100000Z-b2``: older, not new. A promote ``20261201T101000Z-c3`` is new.
+    """
+    if not request or request == handled:
+        return False
+    got, seen = _REQUEST_TIME.match(request), _REQUEST_TIME.match(handled)
+    if got and seen:
+        return got.group(1) >= seen.group(1)
+    return True
 
 
 def _promote(

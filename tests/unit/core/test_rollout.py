@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tandem.api.pool_status import RolloutStatus
 from tandem.api.revision import revision_id, revision_spec
-from tandem.core.rollout import RevisionCounts, RolloutInputs, canary_target, plan_rollout
+from tandem.core.rollout import RevisionCounts, RolloutInputs, canary_target, is_new_request, plan_rollout
 from tandem.routing.table import PairState
 from tests.support.factories import T0, World, make_nodes, make_pool
 
@@ -297,3 +297,21 @@ def test_a_pass_that_is_not_due_requeues_at_the_next_evaluation_not_a_full_inter
     fresh = at_analysis.model_copy(update={"analysis": AnalysisProgress()})
     inputs = RolloutInputs(spec=pool.spec, status=fresh, stable="a", desired="b", counts=counts, now=T0)
     assert plan_rollout(inputs).requeue_after == pytest.approx(30.0)  # first due at initialDelay 60 s, capped
+
+
+@pytest.mark.parametrize(
+    ("request_id", "handled", "want"),
+    [
+        pytest.param("", "", False, id="no request"),
+        pytest.param("20261201T100000Z-b2", "20261201T100000Z-b2", False, id="already handled"),
+        pytest.param("20261201T100000Z-b2", "", True, id="first request"),
+        pytest.param("20261201T100000Z-b2", "20261201T100500Z-a1", False, id="older than the abort handled since"),
+        pytest.param("20261201T101000Z-c3", "20261201T100500Z-a1", True, id="newer than the last handled"),
+        pytest.param("full-20261201T101000Z-c3", "20261201T100500Z-a1", True, id="full promote, newer"),
+        pytest.param("full-20261201T100000Z-c3", "20261201T100500Z-a1", False, id="full promote, older"),
+        pytest.param("20261201T100500Z-ff", "20261201T100500Z-a1", True, id="same second, another request"),
+        pytest.param("by-hand", "20261201T100500Z-a1", True, id="hand-written id: inequality"),
+    ],
+)
+def test_is_new_request(request_id: str, handled: str, want: bool) -> None:
+    assert is_new_request(request_id, handled) is want
