@@ -220,10 +220,19 @@ def build_kwokctl_config(
         "kwokControllerBinary": str(toolchain.kwok),
         "cacheDir": str(cache_dir),
     }
+    # One controller-manager and one scheduler: their leader election only adds a way to die. On a loaded
+    # 2-core machine (a vLLM engine starting beside the suite) a lease renewal took > 10 s, both exited
+    # with "leaderelection lost", nothing restarted them, and every later test failed on namespaces stuck
+    # in Terminating. Without leader election they ride out a slow API server.
+    patches = [
+        {"name": component, "extraArgs": [{"key": "leader-elect", "value": "false", "override": True}]}
+        for component in ("kube-controller-manager", "kube-scheduler")
+    ]
     config: dict[str, Any] = {
         "apiVersion": KWOKCTL_CONFIG_API,
         "kind": "KwokctlConfiguration",
         "options": options,
+        "componentsPatches": patches,
     }
     return [
         config,

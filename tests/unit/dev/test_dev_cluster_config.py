@@ -102,3 +102,14 @@ def test_state_root_honours_env_and_override(tmp_path: Path, monkeypatch: pytest
     assert cluster.state_root() == (tmp_path / "env").resolve()
     assert cluster.state_root(tmp_path / "flag") == (tmp_path / "flag").resolve()
     assert cluster.kwok_workdir() == (tmp_path / "env" / ".kwok").resolve()
+
+
+def test_controller_manager_and_scheduler_run_without_leader_election(
+    toolchain: testenv.Toolchain, tmp_path: Path
+) -> None:
+    """A single controller-manager or scheduler that loses its lease under load exits for good (seen on
+    CI-sized machines): the dev cluster turns their leader election off."""
+    config = cluster.build_kwokctl_config(toolchain, tmp_path / "a.yaml", cache_dir=tmp_path)[0]
+    patched = {p["name"]: p["extraArgs"] for p in config["componentsPatches"]}
+    want = [{"key": "leader-elect", "value": "false", "override": True}]
+    assert patched == {"kube-controller-manager": want, "kube-scheduler": want}
