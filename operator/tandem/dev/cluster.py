@@ -225,7 +225,7 @@ def build_kwokctl_config(
     # with "leaderelection lost", nothing restarted them, and every later test failed on namespaces stuck
     # in Terminating. Without leader election they ride out a slow API server.
     patches = [
-        {"name": component, "extraArgs": [{"key": "leader-elect", "value": "false", "override": True}]}
+        {"name": component, "extraArgs": [{"key": "leader-elect", "value": "false"}]}
         for component in ("kube-controller-manager", "kube-scheduler")
     ]
     config: dict[str, Any] = {

@@ -111,5 +111,5 @@ def test_controller_manager_and_scheduler_run_without_leader_election(
     CI-sized machines): the dev cluster turns their leader election off."""
     config = cluster.build_kwokctl_config(toolchain, tmp_path / "a.yaml", cache_dir=tmp_path)[0]
     patched = {p["name"]: p["extraArgs"] for p in config["componentsPatches"]}
-    want = [{"key": "leader-elect", "value": "false", "override": True}]
+    want = [{"key": "leader-elect", "value": "false"}]
     assert patched == {"kube-controller-manager": want, "kube-scheduler": want}
