@@ -1,0 +1,278 @@
+"""The ConfigMap watch source against a fake list/watch stream: add, modify, invalid, delete, 410 re-list.
+
+Each case scripts the API (one list result per (re-)list, one event sequence per watch) and states the
+tables that must be live afterwards, the store's offer results, the source errors and the backoff waits.
+The loop runs synchronously here (``follow`` with a direct dispatch and a recording ``wait``); one async
+test checks that ``run`` hands store calls back to the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tandem.adapters.kube import ServerError
+from tandem.adapters.routerwatch import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    REASON_API_ERROR,
+    REASON_EXPIRED,
+    ROUTING_SELECTOR,
+    ConfigMapSource,
+    WatchExpired,
+    backoff_delay,
+)
+from tandem.api.labels import COMPONENT_ROUTING, LABEL_COMPONENT
+from tandem.router.tables import REASON_INVALID, REASON_UNKNOWN_VERSION, TableStore
+from tandem.routing import CONFIGMAP_KEY, RoutingTable
+from tests.unit.routing.routing_factories import make_table
+
+pytestmark = pytest.mark.unit
+
+NS = "ml"
+SPEED2 = make_table("speed").namespace(NS).pairs(2).obj()
+SPEED3 = make_table("speed").namespace(NS).pairs(3).obj()
+FAST2 = make_table("fast").namespace(NS).pairs(2).obj()
+
+
+def _cm(name: str, table: RoutingTable | None = None, *, raw: str | None = None, rv: str = "1") -> dict[str, Any]:
+    data = {CONFIGMAP_KEY: table.to_json()} if table is not None else ({CONFIGMAP_KEY: raw} if raw else {})
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "resourceVersion": rv,
+            "labels": {LABEL_COMPONENT: COMPONENT_ROUTING},
+        },
+        "data": data,
+    }
+
+
+def _ev(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": obj}
+
+
+Listed = tuple[list[dict[str, Any]], str]
+Step = dict[str, Any] | Exception
+
+
+@dataclass
+class FakeApi:
+    """Scripted list results and watch streams; when the watches run out it stops the source."""
+
+    lists: list[Listed | Exception]
+    watches: list[list[Step]]
+    stop: threading.Event = field(default_factory=threading.Event)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def list(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        self.calls.append(("list", namespace, selector))
+        result = self.lists.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def watch(self, namespace: str, selector: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        self.calls.append(("watch", namespace, resource_version))
+        if not self.watches:
+            self.stop.set()
+            return iter(())
+        script = self.watches.pop(0)
+
+        def stream() -> Iterator[dict[str, Any]]:
+            for step in script:
+                if isinstance(step, Exception):
+                    raise step
+                yield step
+
+        return stream()
+
+
+@dataclass(frozen=True)
+class Case:
+    lists: Sequence[Listed | Exception]
+    watches: Sequence[list[Step]]
+    live: dict[str, RoutingTable]
+    offers: list[tuple[str, str | None]] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    watched_from: list[str] = field(default_factory=list)
+
+
+CASES = [
+    pytest.param(
+        Case(
+            lists=[([], "1")],
+            watches=[[_ev("ADDED", _cm("speed-routing", SPEED2, rv="2"))]],
+            live={"ml/speed-routing": SPEED2},
+            offers=[("ml/speed-routing", None)],
+            watched_from=["1", "2"],
+        ),
+        id="add",
+    ),
+    pytest.param(
+        Case(
+            lists=[([_cm("speed-routing", SPEED2)], "1")],
+            watches=[[_ev("MODIFIED", _cm("speed-routing", SPEED3, rv="3"))]],
+            live={"ml/speed-routing": SPEED3},
+            offers=[("ml/speed-routing", None), ("ml/speed-routing", None)],
+            watched_from=["1", "3"],
+        ),
+        id="modify swaps the table",
+    ),
+    pytest.param(
+        Case(
+            lists=[([_cm("speed-routing", SPEED2)], "1")],
+            watches=[
+                [
+                    _ev("MODIFIED", _cm("speed-routing", raw="{not json", rv="2")),
+                    _ev("MODIFIED", _cm("speed-routing", raw='{"apiVersion": "tandem.dev/routing-v9"}', rv="3")),
+                    _ev("MODIFIED", _cm("speed-routing", rv="4")),
+                ]
+            ],
+            live={"ml/speed-routing": SPEED2},
+            offers=[
+                ("ml/speed-routing", None),
+                ("ml/speed-routing", REASON_INVALID),
+                ("ml/speed-routing", REASON_UNKNOWN_VERSION),
+                ("ml/speed-routing", REASON_INVALID),
+            ],
+            watched_from=["1", "4"],
+        ),
+        id="invalid, unknown version, no routing.json: last good kept",
+    ),
+    pytest.param(
+        Case(
+            lists=[([_cm("speed-routing", SPEED2), _cm("fast-routing", FAST2)], "1")],
+            watches=[[_ev("DELETED", _cm("speed-routing", SPEED2, rv="5"))]],
+            live={"ml/fast-routing": FAST2},
+            offers=[("ml/speed-routing", None), ("ml/fast-routing", None)],
+            watched_from=["1", "5"],
+        ),
+        id="delete removes the pool's table",
+    ),
+    pytest.param(
+        Case(
+            lists=[
+                ([_cm("speed-routing", SPEED2), _cm("fast-routing", FAST2)], "1"),
+                ([_cm("speed-routing", SPEED3)], "9"),
+            ],
+            watches=[[WatchExpired("too old resource version")], []],
+            live={"ml/speed-routing": SPEED3},
+            offers=[("ml/speed-routing", None), ("ml/fast-routing", None), ("ml/speed-routing", None)],
+            errors=[(NS, REASON_EXPIRED)],
+            waits=[backoff_delay(0, 1.0)],
+            watched_from=["1", "9", "9"],
+        ),
+        id="410 re-lists after backoff; a table deleted meanwhile goes",
+    ),
+    pytest.param(
+        Case(
+            lists=[
+                ServerError(503, "ServiceUnavailable", "apiserver restarting"),
+                ServerError(503, "ServiceUnavailable", "still"),
+                ([_cm("speed-routing", SPEED2)], "4"),
+            ],
+            watches=[[]],
+            live={"ml/speed-routing": SPEED2},
+            offers=[("ml/speed-routing", None)],
+            errors=[(NS, REASON_API_ERROR), (NS, REASON_API_ERROR)],
+            waits=[backoff_delay(0, 1.0), backoff_delay(1, 1.0)],
+            watched_from=["4", "4"],
+        ),
+        id="list errors back off exponentially",
+    ),
+    pytest.param(
+        Case(
+            lists=[([], "1")],
+            watches=[[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "77"}}}], []],
+            live={},
+            watched_from=["1", "77", "77"],
+        ),
+        id="bookmark moves the resume version; a closed watch resumes without a list",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_follow(case: Case) -> None:
+    api = FakeApi(list(case.lists), [list(w) for w in case.watches])
+    source = ConfigMapSource([NS], api, jitter=lambda: 1.0)
+    store = TableStore()
+    offers: list[tuple[str, str | None]] = []
+    errors: list[tuple[str, str]] = []
+    store.listeners.append(lambda key, reason, _live: offers.append((key, reason)))
+    store.error_listeners.append(lambda origin, reason: errors.append((origin, reason)))
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        return False
+
+    source.follow(store, NS, api.stop, wait=wait)
+
+    assert {t.source: t.table for t in store.snapshot} == case.live
+    assert offers == case.offers
+    assert errors == case.errors
+    assert waits == case.waits
+    assert [rv for call, _, rv in api.calls if call == "watch"] == case.watched_from
+    assert all(sel == ROUTING_SELECTOR for call, _, sel in api.calls if call == "list")
+
+
+def test_selector_is_the_label_the_operator_sets() -> None:
+    from tandem.builders.objects import build_routing_configmap  # noqa: PLC0415
+
+    labels = build_routing_configmap(SPEED2, "uid")["metadata"]["labels"]
+    key, value = ROUTING_SELECTOR.split("=")
+    assert labels[key] == value
+
+
+def test_load_once_survives_an_unreachable_api_server() -> None:
+    api = FakeApi([ServerError(0, "", "connection refused")], [])
+    store = TableStore()
+    errors: list[tuple[str, str]] = []
+    store.error_listeners.append(lambda origin, reason: errors.append((origin, reason)))
+    ConfigMapSource([NS], api).load_once(store)
+    assert store.snapshot == ()
+    assert errors == [(NS, REASON_API_ERROR)]
+
+
+@pytest.mark.parametrize(
+    ("attempt", "jitter", "want"),
+    [
+        pytest.param(0, 1.0, BACKOFF_BASE_S, id="first"),
+        pytest.param(3, 1.0, BACKOFF_BASE_S * 8, id="doubles"),
+        pytest.param(30, 1.0, BACKOFF_MAX_S, id="capped"),
+        pytest.param(3, 0.0, BACKOFF_BASE_S * 4, id="jitter halves at most"),
+    ],
+)
+def test_backoff_delay(attempt: int, jitter: float, want: float) -> None:
+    assert backoff_delay(attempt, jitter) == pytest.approx(want)
+
+
+async def test_run_applies_events_on_the_event_loop_thread() -> None:
+    loop_thread = threading.get_ident()
+    api = FakeApi([([], "1")], [[_ev("ADDED", _cm("speed-routing", SPEED2, rv="2"))]])
+    store = TableStore()
+    applied = asyncio.Event()
+    threads: list[int] = []
+
+    def on_offer(_key: str, _reason: str | None, _live: object) -> None:
+        threads.append(threading.get_ident())
+        applied.set()
+
+    store.listeners.append(on_offer)
+    source = ConfigMapSource([NS], api)
+    api.stop = source.stopping  # the fake ends the watching thread once its script is played
+    task = asyncio.create_task(source.run(store))
+    await asyncio.wait_for(applied.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [t.table for t in store.snapshot] == [SPEED2]
+    assert threads == [loop_thread]
