@@ -87,7 +87,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
 def test_service_monitor_scrapes_the_metrics_service() -> None:
     objects = render([FULL_VALUES])
     sm = one(objects, "ServiceMonitor")
-    svc = one(objects, "Service")
+    svc = one(objects, "Service", "tandem-metrics")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
