@@ -244,6 +244,21 @@ def test_router_flags_parse_with_tandem_router() -> None:
     assert args.kubeconfig is None, "in-cluster credentials"
 
 
+def test_router_service_monitor_scrapes_the_router_metrics_port() -> None:
+    objects = render([FULL_VALUES])
+    sm = one(objects, "ServiceMonitor", ROUTER)
+    svc = one(objects, "Service", ROUTER)
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert (
+        not sm["spec"]["selector"]["matchLabels"].items()
+        <= one(objects, "Service", "tandem-metrics")["metadata"]["labels"].items()
+    )
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert not any(s["metadata"]["name"] == ROUTER for s in of_kind(render(), "ServiceMonitor"))
+
+
 # --- NetworkPolicy ------------------------------------------------------------------------------------
 
 

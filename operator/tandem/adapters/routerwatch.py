@@ -23,6 +23,7 @@ Must not: write anything (the router's RBAC is get/list/watch on ConfigMaps), or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -215,12 +216,13 @@ class ConfigMapSource:
                 store.source_error(namespace, REASON_API_ERROR, f"initial list failed: {exc}")
 
     async def run(self, store: TableStore) -> None:
-        """One daemon thread per namespace; store calls come back to this loop. Cancel to stop."""
+        """One daemon thread per namespace; store calls come back to this loop. Cancel to stop (a source
+        runs once: :attr:`stopping` stays set)."""
         loop = asyncio.get_running_loop()
         stop = self.stopping
 
         def dispatch(call: Callable[[], None]) -> None:
-            if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed under a thread still winding down
                 loop.call_soon_threadsafe(call)
 
         threads = [

@@ -276,3 +276,37 @@ async def test_run_applies_events_on_the_event_loop_thread() -> None:
         await task
     assert [t.table for t in store.snapshot] == [SPEED2]
     assert threads == [loop_thread]
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        pytest.param(["--routing-table", "t.json"], ["FileSource"], id="files only: no Kubernetes client"),
+        pytest.param(["-n", "ml", "--namespace", "speed"], ["ConfigMapSource"], id="namespaces"),
+        pytest.param(["--routing-table", "t.json", "-n", "ml"], ["FileSource", "ConfigMapSource"], id="both"),
+    ],
+)
+def test_cli_sources(monkeypatch: pytest.MonkeyPatch, argv: list[str], want: list[str]) -> None:
+    from tandem.adapters import routerwatch  # noqa: PLC0415
+    from tandem.cli import build_parser  # noqa: PLC0415
+    from tandem.router import cli as router_cli  # noqa: PLC0415
+
+    kubeconfigs: list[str | None] = []
+    monkeypatch.setattr(routerwatch, "router_api_client", lambda kubeconfig=None: kubeconfigs.append(kubeconfig))
+    monkeypatch.setattr(routerwatch, "KubeConfigMaps", lambda api_client: FakeApi([], []))
+    args = build_parser("router").parse_args(["router", *argv, "--kubeconfig", "/k"])
+    sources = router_cli._sources(args)
+    assert [type(s).__name__ for s in sources] == want
+    for source in sources:
+        if isinstance(source, ConfigMapSource):
+            assert list(source.namespaces) == args.namespace
+            assert kubeconfigs == ["/k"]
+
+
+def test_cli_needs_a_source() -> None:
+    from tandem.cli import build_parser  # noqa: PLC0415
+    from tandem.router import cli as router_cli  # noqa: PLC0415
+
+    args = build_parser("router").parse_args(["router"])
+    with pytest.raises(SystemExit, match="--routing-table FILE or --namespace NS"):
+        router_cli.run(args)
