@@ -9,14 +9,16 @@ test checks that ``run`` hands store calls back to the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
-from tandem.adapters.kube import ServerError
+from tandem.adapters.kube import KubeError, ServerError
 from tandem.adapters.routerwatch import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
@@ -310,3 +312,76 @@ def test_cli_needs_a_source() -> None:
     args = build_parser("router").parse_args(["router"])
     with pytest.raises(SystemExit, match="--routing-table FILE or --namespace NS"):
         router_cli.run(args)
+
+
+class _RawResponse:
+    """What the client returns with ``_preload_content=False``: chunks that split lines anywhere."""
+
+    def __init__(self, body: bytes, chunk: int = 7) -> None:
+        self.data = body
+        self._chunks = [body[i : i + chunk] for i in range(0, len(body), chunk)]
+        self.closed = False
+
+    def stream(self, amt: object = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield from self._chunks
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        pass
+
+
+def _kube_configmaps(response: _RawResponse | Exception, calls: list[dict[str, Any]]) -> Any:
+    from tandem.adapters.routerwatch import KubeConfigMaps  # noqa: PLC0415
+
+    api = KubeConfigMaps.__new__(KubeConfigMaps)
+
+    class _Core:
+        def list_namespaced_config_map(self, namespace: str, **kwargs: Any) -> _RawResponse:
+            calls.append({"namespace": namespace, **kwargs})
+            if isinstance(response, Exception):
+                raise response
+            return response
+
+    api.core = _Core()  # type: ignore[assignment]
+    return api
+
+
+def test_kube_watch_parses_lines_and_turns_410_into_watch_expired() -> None:
+    added = {"type": "ADDED", "object": _cm("speed-routing", SPEED2, rv="2")}
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}}
+    body = (json.dumps(added) + "\n" + json.dumps(gone) + "\n").encode()
+    response = _RawResponse(body)
+    calls: list[dict[str, Any]] = []
+    api = _kube_configmaps(response, calls)
+    events = []
+    with pytest.raises(WatchExpired, match="too old"):
+        for event in api.watch(NS, ROUTING_SELECTOR, "1", 290):
+            events.append(event)
+    assert events == [added]
+    assert response.closed
+    (call,) = calls
+    assert call["watch"] is True and call["allow_watch_bookmarks"] is True
+    assert (call["resource_version"], call["timeout_seconds"], call["label_selector"]) == ("1", 290, ROUTING_SELECTOR)
+    assert call["_preload_content"] is False
+
+
+@pytest.mark.parametrize(
+    ("failure", "want"),
+    [
+        pytest.param(ApiException(status=410, reason="Gone"), WatchExpired, id="410 at the request"),
+        pytest.param(ApiException(status=403, reason="Forbidden"), KubeError, id="403"),
+    ],
+)
+def test_kube_watch_request_errors(failure: Exception, want: type[Exception]) -> None:
+    api = _kube_configmaps(failure, [])
+    with pytest.raises(want):
+        list(api.watch(NS, ROUTING_SELECTOR, "1", 290))
+
+
+def test_kube_list_returns_items_and_resource_version() -> None:
+    body = json.dumps({"metadata": {"resourceVersion": "42"}, "items": [_cm("speed-routing", SPEED2)]}).encode()
+    api = _kube_configmaps(_RawResponse(body), [])
+    items, version = api.list(NS, ROUTING_SELECTOR)
+    assert version == "42" and [i["metadata"]["name"] for i in items] == ["speed-routing"]
