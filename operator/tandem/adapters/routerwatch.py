@@ -59,6 +59,10 @@ REASON_API_ERROR: Final = "ApiError"
 """The API server refused or could not be reached (403, 5xx, connection): re-list after backoff."""
 
 
+REASON_UNEXPECTED: Final = "Unexpected"
+"""Anything else (a bug): logged with its traceback, then the same re-list after backoff."""
+
+
 class WatchExpired(Exception):
     """The watch's resourceVersion is no longer served (410 Gone)."""
 
@@ -184,7 +188,6 @@ class ConfigMapSource:
         pause = wait or stop.wait
         attempt = 0
         while not stop.is_set():
-            reason = ""
             try:
                 if namespace not in self._rv:
                     self.relist(store, namespace, dispatch)
@@ -198,6 +201,9 @@ class ConfigMapSource:
                 reason, message = REASON_EXPIRED, str(exc) or "410 Gone"
             except (KubeError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 reason, message = REASON_API_ERROR, str(exc)
+            except Exception as exc:  # a bug must not end this namespace's thread: log it and re-list
+                log.exception("routing ConfigMap watch of %s failed unexpectedly", namespace)
+                reason, message = REASON_UNEXPECTED, f"{type(exc).__name__}: {exc}"
             self._rv.pop(namespace, None)
             delay = backoff_delay(attempt, self.jitter())
             attempt += 1

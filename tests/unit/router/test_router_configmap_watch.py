@@ -24,6 +24,7 @@ from tandem.adapters.routerwatch import (
     BACKOFF_MAX_S,
     REASON_API_ERROR,
     REASON_EXPIRED,
+    REASON_UNEXPECTED,
     ROUTING_SELECTOR,
     ConfigMapSource,
     WatchExpired,
@@ -188,6 +189,18 @@ CASES = [
             watched_from=["4", "4"],
         ),
         id="list errors back off exponentially",
+    ),
+    pytest.param(
+        Case(
+            lists=[([], "1"), ([_cm("speed-routing", SPEED2)], "3")],
+            watches=[[TypeError("a bug")], []],
+            live={"ml/speed-routing": SPEED2},
+            offers=[("ml/speed-routing", None)],
+            errors=[(NS, REASON_UNEXPECTED)],
+            waits=[backoff_delay(0, 1.0)],
+            watched_from=["1", "3", "3"],
+        ),
+        id="an unexpected error does not end the thread",
     ),
     pytest.param(
         Case(
