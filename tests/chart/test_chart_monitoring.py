@@ -86,8 +86,8 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
 
 def test_service_monitor_scrapes_the_metrics_service() -> None:
     objects = render([FULL_VALUES])
-    sm = one(objects, "ServiceMonitor")
-    svc = one(objects, "Service")
+    sm = one(objects, "ServiceMonitor", "tandem")
+    svc = one(objects, "Service", "tandem-metrics")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["port"] == svc["spec"]["ports"][0]["name"] == "metrics"

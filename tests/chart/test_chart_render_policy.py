@@ -66,6 +66,8 @@ SERVING_CEILING: dict[tuple[str, str], set[str]] = {
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 CLUSTER_CEILING: dict[tuple[str, str], set[str]] = {("", "nodes"): {"get", "list", "watch"}}
+# The router (its own ServiceAccount): reads ConfigMaps in the serving namespaces, nothing else.
+ROUTER_CEILING: dict[tuple[str, str], set[str]] = {("", "configmaps"): {"get", "list", "watch"}}
 # Leader election, in the release namespace only (a Role there, not a ClusterRole).
 RELEASE_CEILING: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"create", "get", "update"}}
 FORBIDDEN_VERBS = {"*", "bind", "escalate", "impersonate", "deletecollection"}
@@ -92,8 +94,12 @@ FORBIDDEN_RESOURCES = {
 FORBIDDEN_GROUPS = {"rbac.authorization.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "*"}
 
 
+OPERATOR = "tandem"
+ROUTER = "tandem-router"
+
+
 def operator_pod(objects: Sequence[Obj]) -> Obj:
-    return one(objects, "Deployment")["spec"]["template"]["spec"]
+    return one(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
 
 
 def operator_container(objects: Sequence[Obj]) -> Obj:
@@ -205,7 +211,7 @@ def test_s_pod_05_no_host_access(values: Path) -> None:
 @pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
 def test_s_pod_06_projected_short_lived_token_in_operator_container_only(values: Path) -> None:
     objects = render([values])
-    sa = one(objects, "ServiceAccount")
+    sa = one(objects, "ServiceAccount", OPERATOR)
     assert sa["automountServiceAccountToken"] is False
     pod = operator_pod(objects)
     assert pod["automountServiceAccountToken"] is False
@@ -232,7 +238,7 @@ def test_s_pod_07_requests_and_limits(values: Path) -> None:
 @pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
 def test_s_pod_08_shape(values: Path) -> None:
     objects = render([values])
-    deploy = one(objects, "Deployment")
+    deploy = one(objects, "Deployment", OPERATOR)
     assert deploy["spec"]["replicas"] in (0, 1, 2, 3)
     assert deploy["spec"]["strategy"] == {
         "type": "RollingUpdate",
@@ -246,12 +252,15 @@ def test_s_pod_08_shape(values: Path) -> None:
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     assert ports["health"] == 8080
-    assert not of_kind(objects, "PodDisruptionBudget"), "a minAvailable PDB on one replica blocks drains"
+    operator_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    for pdb in of_kind(objects, "PodDisruptionBudget"):
+        selects = pdb["spec"]["selector"]["matchLabels"].items() <= operator_labels.items()
+        assert not selects, "a minAvailable PDB on one operator replica blocks drains"
     assert not of_kind(objects, "HorizontalPodAutoscaler")
 
 
 def test_s_pod_08_zero_replicas_render() -> None:
-    assert one(render([MINIMAL_VALUES], {"replicaCount": 0}), "Deployment")["spec"]["replicas"] == 0
+    assert one(render([MINIMAL_VALUES], {"replicaCount": 0}), "Deployment", OPERATOR)["spec"]["replicas"] == 0
 
 
 def test_operator_flags() -> None:
@@ -334,7 +343,7 @@ def test_s_rbac_within_the_ceiling(values: Path) -> None:
     for role, rule in rbac_rules(objects):
         ceiling = CLUSTER_CEILING if role.split("/", 1)[1] in cluster_bound else SERVING_CEILING
         if role.startswith("Role/"):
-            ceiling = RELEASE_CEILING
+            ceiling = ROUTER_CEILING if role == f"Role/{ROUTER}" else RELEASE_CEILING
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 allowed = ceiling.get((group, resource), set())
@@ -385,7 +394,8 @@ def test_s_rbac_06_dedicated_identity(values: Path) -> None:
     objects = render([values])
     for b in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
         assert b["roleRef"]["name"] not in ("cluster-admin", "admin", "edit", "view"), b
-        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "tandem", "namespace": RELEASE_NAMESPACE}]
+        sa = ROUTER if b["roleRef"]["name"] == ROUTER else OPERATOR
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": RELEASE_NAMESPACE}]
 
 
 # --- S-SEC-01 ----------------------------------------------------------------------------------------
@@ -418,7 +428,7 @@ def test_no_secret_in_env(values: Path) -> None:
 
 def network_policy(values: Sequence[Path] = (MINIMAL_VALUES,)) -> tuple[Obj, Obj]:
     objects = render(values)
-    return one(objects, "NetworkPolicy"), one(objects, "Deployment")
+    return one(objects, "NetworkPolicy", "tandem-operator"), one(objects, "Deployment", OPERATOR)
 
 
 @pytest.mark.parametrize("values", [MINIMAL_VALUES, FULL_VALUES], ids=["minimal", "full"])
@@ -473,25 +483,29 @@ def test_network_policy_can_be_disabled() -> None:
 @pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
 def test_objects_are_consistent(values: Path) -> None:
     objects = render([values])
-    deploy = one(objects, "Deployment")
-    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    deployments = of_kind(objects, "Deployment")
+    all_pod_labels = [d["spec"]["template"]["metadata"]["labels"] for d in deployments]
     # mismatching-selector
-    assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    for deploy, pod_labels in zip(deployments, all_pod_labels, strict=True):
+        assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     # dangling-service, exposed-services
     for svc in of_kind(objects, "Service"):
-        assert svc["spec"]["selector"].items() <= pod_labels.items()
+        assert any(svc["spec"]["selector"].items() <= labels.items() for labels in all_pod_labels)
         assert svc["spec"]["type"] == "ClusterIP"
     # non-existent-service-account, default-service-account
     sa_names = {sa["metadata"]["name"] for sa in of_kind(objects, "ServiceAccount")}
-    assert operator_pod(objects)["serviceAccountName"] in sa_names - {"default"}
-    # liveness-port / startup-port: probes name a declared port
-    c = operator_container(objects)
-    names = {p["name"] for p in c["ports"]}
-    for probe in ("livenessProbe", "startupProbe"):
-        assert c[probe]["httpGet"]["port"] in names
-    # duplicate-env-var
-    env_names = [e["name"] for e in c["env"]]
-    assert len(env_names) == len(set(env_names))
+    for deploy in deployments:
+        pod = deploy["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] in sa_names - {"default"}
+        for c in pod["containers"]:
+            # liveness-port / startup-port / readiness-port: probes name a declared port
+            names = {p["name"] for p in c["ports"]}
+            for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
+                if probe in c:
+                    assert c[probe]["httpGet"]["port"] in names
+            # duplicate-env-var
+            env_names = [e["name"] for e in c["env"]]
+            assert len(env_names) == len(set(env_names))
     # use-namespace
     for obj in objects:
         if obj["kind"] in NAMESPACED_KINDS:

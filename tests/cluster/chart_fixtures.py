@@ -23,8 +23,8 @@ What it must not do: touch ``~/.kube/config`` (every call names its kubeconfig),
 policies behind after its module (they would deny other modules' pool deletions).
 
 Invariants: the release is the chart as shipped plus test values (``TEST_VALUES``): replicas 0, a fake
-digest, the example images' registries on the allow-list. Everything cluster-scoped it creates is named
-``tandem-*`` and removed by ``uninstall`` except the kept CRDs.
+digest, the example images' registries on the allow-list, no router (``extra_values`` turns it on).
+Everything cluster-scoped it creates is named ``tandem-*`` and removed by ``uninstall`` except the kept CRDs.
 """
 
 from __future__ import annotations
@@ -52,12 +52,15 @@ SERVICE_ACCOUNT = "tandem"
 OPERATOR_USER = f"system:serviceaccount:{RELEASE_NAMESPACE}:{SERVICE_ACCOUNT}"
 RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline"}
-# The chart as shipped, except: no real container runs on KWOK (replicas 0), a fake digest, and the
-# registries of examples/ on the allow-list. NetworkPolicy API server CIDRs are looked up (install time).
+# The chart as shipped, except: no real container runs on KWOK (replicas 0), a fake digest, the
+# registries of examples/ on the allow-list, and the router off (its install has its own module,
+# test_router_chart.py, so the operator-identity modules keep their footprint and their `--wait` does not
+# depend on router pods). NetworkPolicy API server CIDRs are looked up (install time).
 TEST_VALUES: dict[str, Any] = {
     "replicaCount": 0,
     "image": {"digest": TEST_DIGEST},
     "admissionPolicies": {"imageRegistries": {"allowed": ["docker.io/vllm", "docker.io/rocm", "ghcr.io/example"]}},
+    "router": {"enabled": False},
 }
 
 

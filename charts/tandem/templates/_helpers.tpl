@@ -123,3 +123,35 @@ Included once, from deployment.yaml.
 {{- end -}}
 {{- toJson (uniq $cidrs) -}}
 {{- end -}}
+
+{{/* The router (`tandem router`, the data plane): its name, selector labels and identity. */}}
+{{- define "tandem.routerName" -}}
+{{- printf "%s-router" (include "tandem.fullname" .) -}}
+{{- end -}}
+
+{{/* Selector labels of the router pods: stable across chart versions (a selector is immutable). */}}
+{{- define "tandem.routerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tandem.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: router
+{{- end -}}
+
+{{- define "tandem.routerLabels" -}}
+helm.sh/chart: {{ include "tandem.chart" . }}
+{{ include "tandem.routerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tandem
+{{- end -}}
+
+{{- define "tandem.routerServiceAccountName" -}}
+{{- .Values.router.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+Ports the engine pods listen on, as the operator's pod builder opens them (operator/tandem/builders/pods.py
+ENGINE_PORT and MOONCAKE_BOOTSTRAP_PORT; a chart test keeps them equal): the OpenAI API (both legs) and
+the MooncakeConnector bootstrap server (the router's `/query`).
+*/}}
+{{- define "tandem.enginePort" -}}8000{{- end -}}
+{{- define "tandem.engineBootstrapPort" -}}8998{{- end -}}

@@ -9,12 +9,14 @@ Modules, each owning one thing:
 
 - :mod:`.request`: what the router reads from a client body (prompt text, token estimate, images, stream).
 - :mod:`.legs`: pure construction of the prefill and decode request bodies per connector.
-- :mod:`.tables`: parsing published tables, the atomic table store, and table sources (files today).
+- :mod:`.tables`: parsing published tables, the atomic table store, and the file table source (the
+  ConfigMap watch is :mod:`tandem.adapters.routerwatch`).
 - :mod:`.admission`: the router's own in-flight counts and instance choice inside a pair.
 - :mod:`.metrics`: the Prometheus metrics and the separate health/metrics listener.
 - :mod:`.proxy`: the request path (decide, walk, legs, relay) and the aiohttp application.
 - :mod:`.cli`: ``tandem router``.
 
-Must not: import Kubernetes clients (a ConfigMap watch will be one more :class:`.tables.TableSource`).
+Must not: import Kubernetes clients (the ConfigMap watch lives in :mod:`tandem.adapters.routerwatch`, one
+more :class:`.tables.TableSource`; the CLI imports it only when ``--namespace`` is given).
 See ``docs/design/008-router.md``.
 """

@@ -1,8 +1,10 @@
-"""``tandem router``: run the data plane with routing tables from files.
+"""``tandem router``: run the data plane with routing tables from files or from the cluster.
 
 ``--routing-table FILE`` (repeatable) names files that hold a table as the operator publishes it (the
 ``routing.json`` value, or the ConfigMap as ``kubectl get -o yaml`` prints it); they are re-read when they
-change. Requests on ``--host:--port``; ``/health``, ``/ready`` and ``/metrics`` on ``--metrics-port``.
+change. ``--namespace NS`` (repeatable) watches the ``<pool>-routing`` ConfigMaps of NS instead (in-cluster
+credentials by default, or ``--kubeconfig``); both may be combined. Requests on ``--host:--port``;
+``/health``, ``/ready`` and ``/metrics`` on ``--metrics-port``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from tandem.router.proxy import RouterConfig
 from tandem.router.server import start_router
-from tandem.router.tables import DEFAULT_POLL_INTERVAL_S, FileSource
+from tandem.router.tables import DEFAULT_POLL_INTERVAL_S, FileSource, TableSource
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +28,18 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--routing-table", action="append", required=True, metavar="FILE", help="routing table file (repeatable)"
+        "--routing-table", action="append", default=[], metavar="FILE", help="routing table file (repeatable)"
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch the routing-table ConfigMaps of this namespace (repeatable)",
+    )
+    parser.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig for --namespace (default: in-cluster, else $KUBECONFIG)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="request listener address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="request listener port (default 8000)")
@@ -45,10 +58,22 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _sources(args: argparse.Namespace) -> list[TableSource]:
+    sources: list[TableSource] = []
+    if args.routing_table:
+        sources.append(FileSource(args.routing_table, args.poll_interval))
+    if args.namespace:
+        # Only here: a router fed from files never loads the Kubernetes client.
+        from tandem.adapters.routerwatch import ConfigMapSource, KubeConfigMaps, router_api_client  # noqa: PLC0415
+
+        sources.append(ConfigMapSource(args.namespace, KubeConfigMaps(router_api_client(args.kubeconfig))))
+    return sources
+
+
 async def _serve(args: argparse.Namespace) -> int:
     config = RouterConfig(prefill_timeout_s=args.prefill_timeout, connect_timeout_s=args.connect_timeout)
     running = await start_router(
-        [FileSource(args.routing_table, args.poll_interval)],
+        _sources(args),
         host=args.host,
         port=args.port,
         metrics_host=args.metrics_host,
@@ -67,5 +92,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.routing_table and not args.namespace:
+        raise SystemExit("tandem router: give --routing-table FILE or --namespace NS (either may repeat)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return asyncio.run(_serve(args))

@@ -123,8 +123,18 @@ class RouterMetrics:
             ["source", "result"],
             registry=r,
         )
+        self.source_errors = Counter(
+            "tandem_router_table_source_errors",
+            "Table source failures (watch expired, API errors) by origin (a namespace or file) and reason.",
+            ["origin", "reason"],
+            registry=r,
+        )
         r.register(_TableCollector(store, clock))
         store.listeners.append(self._on_offer)
+        store.error_listeners.append(self._on_source_error)
+
+    def _on_source_error(self, origin: str, reason: str) -> None:
+        self.source_errors.labels(origin, reason).inc()
 
     def _on_offer(self, source: str, reason: str | None, _live: object) -> None:
         self.table_offers.labels(source, reason or "ok").inc()

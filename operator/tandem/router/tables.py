@@ -6,12 +6,13 @@ Owns: what counts as a valid table for this router, which tables are live, and w
   manifest as ``kubectl get configmap <pool>-routing -o yaml|json`` prints it (the table is read from
   ``data["routing.json"]``). A table whose ``apiVersion`` is not one this router knows is refused with
   reason :data:`REASON_UNKNOWN_VERSION`; any other problem is :data:`REASON_INVALID`.
-- **Store**: one live table per source key (a file path; later ``namespace/configmap``). An offer whose
+- **Store**: one live table per source key (a file path, or ``namespace/configmap`` for the watch). An offer whose
   fingerprint equals the live one changes nothing; a valid new one replaces it with one assignment of
   an immutable snapshot (requests in flight keep the snapshot they started with); an invalid one keeps
   the last good table and is counted and logged.
-- **Sources** (:class:`TableSource`): :class:`FileSource` polls files; a ConfigMap watch is another source
-  that calls the same :meth:`TableStore.offer` / :meth:`TableStore.remove`.
+- **Sources** (:class:`TableSource`): :class:`FileSource` polls files; the ConfigMap watch
+  (:mod:`tandem.adapters.routerwatch`, where Kubernetes may be imported) calls the same
+  :meth:`TableStore.offer` / :meth:`TableStore.remove`, and :meth:`TableStore.source_error` when it must re-list.
 
 Must not: decide routes (that is :mod:`tandem.routing`), or import Kubernetes clients.
 """
@@ -92,6 +93,8 @@ class LoadedTable:
 
 OfferListener = Callable[[str, str | None, "LoadedTable | None"], None]
 """Called after every offer: (source, failure reason or None, live table after the offer)."""
+SourceErrorListener = Callable[[str, str], None]
+"""Called when a source itself fails (not one table): (origin, reason), e.g. a watch that expired."""
 
 
 class TableStore:
@@ -103,6 +106,7 @@ class TableStore:
         self.snapshot: tuple[LoadedTable, ...] = ()
         """Immutable view of the live tables; replaced (never mutated) on every change."""
         self.listeners: list[OfferListener] = []
+        self.error_listeners: list[SourceErrorListener] = []
 
     def tables(self) -> tuple[RoutingTable, ...]:
         return tuple(t.table for t in self.snapshot)
@@ -146,6 +150,14 @@ class TableStore:
         """Drop ``source``'s table (its ConfigMap was deleted)."""
         if self._live.pop(source, None) is not None:
             self._publish()
+
+    def source_error(self, origin: str, reason: str, message: str) -> None:
+        """A source could not read anything (API server unreachable, watch expired); every live table stays."""
+        log.warning(
+            "routing table source %s: %s: %s; keeping %d live table(s)", origin, reason, message, len(self._live)
+        )
+        for listener in self.error_listeners:
+            listener(origin, reason)
 
     def _failed(self, source: str, reason: str, message: str) -> bool:
         kept = self._live.get(source)
