@@ -174,7 +174,7 @@ def test_install_refuses_a_namespace_without_restricted(chart: ChartInstall) -> 
 def test_installed_objects(chart: ChartInstall, serving: str, dev_cluster: DevCluster) -> None:
     deploy = chart.deployment()
     assert deploy["spec"]["replicas"] == 0
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"  # the Lease keeps one acting
     sa = chart.kube.get("serviceaccount", "tandem", namespace=chart.namespace)
     assert sa is not None and sa["automountServiceAccountToken"] is False
     for ns in (serving, chart.cache_namespace):
