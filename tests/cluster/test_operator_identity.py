@@ -49,7 +49,10 @@ def test_example_pool_ready_with_chart_rbac_and_no_secret_leaks(
     spec["stack"]["env"].append(
         {"name": "EXTRA_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     )
-    op = operator_factory([chart_ns], kubeconfig=tandem_chart.sa_kubeconfig)
+    # As the chart's Deployment runs it: the Lease in the release namespace, named after the release
+    # (POD_NAMESPACE and --leader-election-id there); the chart's Role grants exactly that one Lease.
+    lease = [f"--leader-election-namespace={tandem_chart.namespace}", f"--leader-election-id={tandem_chart.release}"]
+    op = operator_factory([chart_ns], kubeconfig=tandem_chart.sa_kubeconfig, extra_args=lease)
     kube.run("apply", "-n", chart_ns, "-f", "-", stdin=json.dumps(pool))
     status = wait_until(
         "the example pool Ready under the chart's ServiceAccount",
