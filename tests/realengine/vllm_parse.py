@@ -12,6 +12,8 @@ Input (stdin): a JSON object {name: [args after `vllm serve`]}. Output (stdout, 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 
@@ -22,13 +24,15 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 def check(argv: list[str]) -> str | None:
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    usage = io.StringIO()
     try:
         # `vllm serve MODEL` stores the positional as model_tag and copies it to --model; do the same.
-        args = parser.parse_args([f"--model={argv[0]}", *argv[1:]])
+        with contextlib.redirect_stderr(usage):
+            args = parser.parse_args([f"--model={argv[0]}", *argv[1:]])
         validate_parsed_serve_args(args)
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except SystemExit as exc:  # argparse reports a rejected flag by exiting
-        return f"argparse rejected the arguments (exit {exc.code})"
+        return f"argparse rejected the arguments (exit {exc.code}): {usage.getvalue().strip().splitlines()[-1:]}"
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

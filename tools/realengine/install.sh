@@ -47,9 +47,17 @@ model_ok() {  # DIR: weights, config and tokenizer are all there
 }
 
 mkdir -p "$CACHE"
+# One installer at a time per cache: a second one (two checkouts running make test) waits, then finds it cached.
+exec 9>"$CACHE/.lock"
+flock 9
 start=$(date +%s)
 
-if [ -f "$VENV/.tandem-complete" ] && venv_ok "$VENV" 2>/dev/null; then
+vllm_version() {  # DIR: the `vllm` version its metadata reports (fast: no vllm import)
+  "$1/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))'
+}
+
+# A completed venv passed venv_ok before its rename; the cached path only confirms it is still there.
+if [ -f "$VENV/.tandem-complete" ] && output_has_prefix "$VLLM_VERSION" vllm_version "$VENV" 2>/dev/null; then
   log "venv cached: $VENV"
 else
   tmp=$VENV.tmp
@@ -94,7 +102,6 @@ else
   log "model ready: $MODEL"
 fi
 
-output_has_prefix "$VLLM_VERSION" "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))'
 log "real-engine environment ready in $(( $(date +%s) - start ))s"
 echo "VLLM=$VENV/bin/vllm"
 echo "MODEL=$MODEL"
