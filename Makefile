@@ -40,7 +40,7 @@ lint: setup ## ruff (lint + format check), import-linter contracts, yamllint on 
 typecheck: setup ## mypy --strict with the pydantic plugin
 	@$(VENV)/bin/mypy
 
-test: setup ## set up everything (venv, local control plane, Prometheus) and run the whole suite, as CI does
+test: setup ## set up everything (venv, local control plane, Prometheus, real vLLM on the CPU) and run the whole suite, as CI does
 	@tools/run-tests.sh
 
 test-fast: setup ## unit + component tiers only (no cluster)

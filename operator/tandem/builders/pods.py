@@ -7,8 +7,9 @@ from the live spec), so a stable pod recreated mid-rollout keeps the stable imag
 What goes in (integration.md names, vLLM 0.33):
 - `vllm serve <model>` with `--served-model-name`, `--tensor-parallel-size`, `--pipeline-parallel-size`,
   `--max-model-len`, `--max-num-seqs` (admission.maxInFlight), prefix caching on/off and
-  `--kv-transfer-config` (prefill = producer, decode = consumer; with a MooncakeCache a MultiConnector
-  adds `MooncakeStoreConnector`: `kv_both` on prefill, `kv_consumer` on decode), then the stack's and
+  `--kv-transfer-config` (prefill = `kv_producer`, decode = `kv_consumer` for every P->D connector;
+  MooncakeConnector with an explicit `mooncake_protocol`; with a MooncakeCache a MultiConnector adds
+  `MooncakeStoreConnector`: `kv_both` on prefill, `kv_consumer` on decode), then the stack's and
   the role's extra args.
 - env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` and
   `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
@@ -91,26 +92,47 @@ def model_location(source: str) -> tuple[str, list[dict[str, Any]], list[dict[st
     return source, [], []  # s3:// and gs:// are read by the engine's model streamer
 
 
+def mooncake_protocol(spec: RevisionSpec) -> str:
+    """The transport of the P->D MooncakeConnector. vLLM defaults it to `rdma`, which fails on a node
+    without an RDMA device, so Tandem always says which: `rdma` exactly when the pool asks for an RDMA
+    device resource (the pod then holds one), `tcp` otherwise (works on any network)."""
+    return "rdma" if spec.placement.rdma is not None else "tcp"
+
+
+def _p2p_connector(spec: RevisionSpec, role: Role) -> dict[str, Any]:
+    """The P->D connector's own config. Every connector gets a per-role `kv_role` (NixlConnector's
+    `kv_both` is deprecated in vLLM 0.32/0.33); its extra config lives in this dict, because a
+    MultiConnector hands each child only the child's own dict."""
+    connector = spec.stack.kv_transfer.connector
+    config: dict[str, Any] = {
+        "kv_connector": connector,
+        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+    }
+    if connector == "MooncakeConnector":
+        config["kv_connector_extra_config"] = {"mooncake_protocol": mooncake_protocol(spec)}
+    return config
+
+
 def kv_transfer_config(spec: RevisionSpec, role: Role) -> dict[str, Any]:
     """The `--kv-transfer-config` of one role (vLLM 0.33 connector names)."""
-    connector = spec.stack.kv_transfer.connector
     producer = role == "prefill"
-    p2p_role = "kv_both" if connector == "NixlConnector" else "kv_producer" if producer else "kv_consumer"
-    config: dict[str, Any] = {"kv_connector": connector, "kv_role": p2p_role}
+    config = _p2p_connector(spec, role)
     if spec.cache is not None:
         # The shared tier rides along any P->D connector through a MultiConnector. Decoders only read
         # from the store (they write only with save_decode_cache), so their store child is a consumer.
+        # The store child reads its transport from the cache's mooncake.json (MOONCAKE_CONFIG_PATH).
         config = {
             "kv_connector": "MultiConnector",
             "kv_role": "kv_producer" if producer else "kv_consumer",
             "kv_connector_extra_config": {
                 "connectors": [
-                    {"kv_connector": connector, "kv_role": p2p_role},
+                    config,
                     {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both" if producer else "kv_consumer"},
                 ]
             },
         }
     if spec.stack.kv_transfer.load_failure_policy != "fail":
+        # Read by the scheduler from the top-level config, so it stays there even with a MultiConnector.
         config["kv_load_failure_policy"] = spec.stack.kv_transfer.load_failure_policy
     return config
 

@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from tandem.api.labels import LABEL_REVISION
-from tandem.api.revision import revision_id, revision_spec
-from tandem.builders.pods import InstanceParams, build_instance_pod
+from tandem.api.revision import CacheWiring, revision_id, revision_spec
+from tandem.builders.pods import InstanceParams, build_instance_pod, kv_transfer_config
 from tandem.core.observed import parse_pod
 from tests.support.factories import make_pool
 
@@ -37,3 +37,56 @@ def test_pod_env_records_the_revision_and_parse_prefers_it_over_an_edited_label(
         v for v in legacy["spec"]["containers"][0]["env"] if v["name"] != "TANDEM_REVISION"
     ]
     assert parse_pod(legacy).revision == rev and not parse_pod(legacy).label_drift
+
+
+NIXL = {"kv_connector": "NixlConnector"}
+MOONCAKE_TCP = {"kv_connector": "MooncakeConnector", "kv_connector_extra_config": {"mooncake_protocol": "tcp"}}
+MOONCAKE_RDMA = {"kv_connector": "MooncakeConnector", "kv_connector_extra_config": {"mooncake_protocol": "rdma"}}
+RDMA = {"name": "rdma/ib", "perInstance": 1}
+
+
+def _store(role: str) -> dict[str, str]:
+    return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both" if role == "prefill" else "kv_consumer"}
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+@pytest.mark.parametrize(
+    ("connector", "rdma", "cache", "p2p"),
+    [
+        pytest.param("NixlConnector", None, False, NIXL, id="nixl"),
+        pytest.param("MooncakeConnector", None, False, MOONCAKE_TCP, id="mooncake-tcp-without-rdma"),
+        pytest.param("MooncakeConnector", RDMA, False, MOONCAKE_RDMA, id="mooncake-rdma-with-rdma-resource"),
+        pytest.param("NixlConnector", None, True, NIXL, id="nixl-in-multiconnector"),
+        pytest.param("MooncakeConnector", RDMA, True, MOONCAKE_RDMA, id="mooncake-extra-config-in-its-child"),
+    ],
+)
+def test_kv_transfer_config_has_a_role_per_instance_and_each_connectors_config_in_its_own_dict(
+    role: str, connector: str, rdma: dict[str, object] | None, cache: bool, p2p: dict[str, object]
+) -> None:
+    """vLLM 0.32/0.33 deprecate NixlConnector `kv_both` (producer on prefill, consumer on decode), default
+    `mooncake_protocol` to rdma, and hand each MultiConnector child only its own dict."""
+    builder = make_pool().pairs(1).set("spec.stack.kvTransfer", {"connector": connector})
+    if rdma is not None:
+        builder.placement(rdma=rdma)
+    spec = revision_spec(builder.obj().spec, CacheWiring() if cache else None)
+    kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+    want: dict[str, object] = {**p2p, "kv_role": kv_role}
+    if cache:
+        connectors = [want, _store(role)]
+        want = {
+            "kv_connector": "MultiConnector",
+            "kv_role": kv_role,
+            "kv_connector_extra_config": {"connectors": connectors},
+        }
+    assert kv_transfer_config(spec, role) == want  # type: ignore[arg-type]
+
+
+def test_kv_load_failure_policy_stays_top_level_where_the_scheduler_reads_it() -> None:
+    pool = (
+        make_pool()
+        .pairs(1)
+        .set("spec.stack.kvTransfer", {"connector": "NixlConnector", "loadFailurePolicy": "recompute"})
+    )
+    config = kv_transfer_config(revision_spec(pool.obj().spec, CacheWiring()), "decode")
+    assert config["kv_load_failure_policy"] == "recompute"
+    assert all("kv_load_failure_policy" not in c for c in config["kv_connector_extra_config"]["connectors"])
