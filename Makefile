@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TANDEM := $(VENV)/bin/tandem
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: help setup generate verify lint typecheck test test-fast demo demo-down bench clean
+.PHONY: help setup generate verify lint typecheck test test-fast test-realengine demo demo-down bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN{FS=":.*## "} {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -40,8 +40,12 @@ lint: setup ## ruff (lint + format check), import-linter contracts, yamllint on 
 typecheck: setup ## mypy --strict with the pydantic plugin
 	@$(VENV)/bin/mypy
 
-test: setup ## set up everything (venv, local control plane, Prometheus, real vLLM on the CPU) and run the whole suite, as CI does
+test: setup ## set up everything (venv, local control plane, Prometheus) and run the whole suite, as CI does
 	@tools/run-tests.sh
+
+test-realengine: setup ## install the real-engine environment (vLLM on the CPU, cached) and run the realengine tier
+	@tools/realengine/install.sh
+	@$(VENV)/bin/pytest -m "realengine and not nightly" -p no:cacheprovider
 
 test-fast: setup ## unit + component tiers only (no cluster)
 	@$(VENV)/bin/pytest -m "unit or component" -q
