@@ -201,8 +201,8 @@ class AuditTail:
                 if not any(mark in line for mark in self._WRITE_MARKS):
                     continue
                 ev = audit.parse_event(line.decode(errors="replace"))
-                if ev is not None and ev.is_write and ev.resource != audit.LEASES:  # Lease heartbeats: not writes
-                    self.writes.append(ev)
+                if ev is not None:  # one rule for what counts as a write (Lease heartbeats do not)
+                    self.writes.extend(audit.select_writes([ev]))
 
     def select(self, since: datetime, until: datetime | None = None, user: str | None = None) -> list[audit.AuditEvent]:
         self.poll()
