@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import copy
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -1483,6 +1484,9 @@ def cmd_controller(args: argparse.Namespace) -> int:
         write_outputs(saved, args.out, plots=True)
         print(f"re-rendered {args.out / 'controller.md'} and the plots")
         return 0
+    if importlib.util.find_spec("matplotlib") is None:  # fail before a 20-minute run, not after it
+        print("tandem bench controller: matplotlib is missing (pip install -e . --group dev)", file=sys.stderr)
+        return 1
     started_wall = datetime.now(UTC)
     t_start = time.monotonic()
 
