@@ -22,7 +22,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tandem.api.commands", ("crds", "validate")),
     ("tandem.planview", ("plan",)),
-    ("tandem.operator_main", ("run",)),
+    ("tandem.controller.main", ("run",)),
     ("tandem.rolloutctl", ("rollout",)),
     ("tandem.poolctl", ("get", "version")),
     ("tandem.sim.cli", ("sim",)),

@@ -212,7 +212,7 @@ def operator_in_process(kubeconfig: Path, namespace: str) -> Iterator[Any]:
     os.environ["TANDEM_NAMESPACES"] = namespace
     try:
         with KopfRunner(
-            ["run", "-m", "tandem.operator_main", "--standalone", f"--namespace={namespace}"],
+            ["run", "-m", "tandem.controller.main", "--standalone", f"--namespace={namespace}"],
             timeout=60,
         ) as runner:
             yield runner

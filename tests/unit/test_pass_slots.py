@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tandem import operator_main as om
+from tandem.controller import pools
+from tandem.controller.config import OperatorConfig
+from tandem.controller.runtime import Runtime
 from tandem.reconcile.pool import PassResult
 
 pytestmark = pytest.mark.unit
@@ -26,11 +28,24 @@ def test_at_most_max_concurrent_passes_run_at_once(monkeypatch: pytest.MonkeyPat
         return PassResult(requeue_after=30.0)
 
     async def many() -> list[tuple[float, int]]:
-        monkeypatch.setattr(om.RUNTIME, "pass_slots", asyncio.Semaphore(2))
-        return list(await asyncio.gather(*(om._one_pass("ns", f"p{i}", 0) for i in range(6))))
+        runtime = Runtime(OperatorConfig(), kube=object(), pass_slots=asyncio.Semaphore(2))  # type: ignore[arg-type]
+        return list(await asyncio.gather(*(pools.one_pass(runtime, "ns", f"p{i}", 0) for i in range(6))))
 
-    monkeypatch.setattr(om, "reconcile_pool", fake_pass)
-    monkeypatch.setattr(om.RUNTIME, "kube", object())
+    monkeypatch.setattr(pools, "reconcile_pool", fake_pass)
     results = asyncio.run(many())
     assert most == 2
     assert results == [(30.0, 0)] * 6
+
+
+def test_a_standby_starts_no_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that lost its Lease looks again soon and never calls the reconcile."""
+    calls: list[str] = []
+
+    async def fake_pass(*_: Any, **__: Any) -> PassResult:
+        calls.append("pass")
+        return PassResult(requeue_after=30.0)
+
+    monkeypatch.setattr(pools, "reconcile_pool", fake_pass)
+    runtime = Runtime(OperatorConfig(), kube=object(), is_leader=lambda: False)  # type: ignore[arg-type]
+    assert asyncio.run(pools.one_pass(runtime, "ns", "p", 3)) == (2.0, 3)
+    assert calls == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.operator_main import SETTLE_MAX_SECONDS, SETTLE_SECONDS, Wakeups
+from tandem.controller.runtime import SETTLE_MAX_SECONDS, SETTLE_SECONDS, Wakeups
 
 pytestmark = pytest.mark.unit
 

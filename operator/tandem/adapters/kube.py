@@ -67,7 +67,7 @@ class ServerError(KubeError):
 
 
 class NotLeader(KubeError):
-    """Raised before any request: this process lost the leader Lease (see tandem.leader_election)."""
+    """Raised before any request: this process lost the leader Lease (see tandem.controller.election)."""
 
 
 def _wrap(exc: ApiException) -> KubeError:

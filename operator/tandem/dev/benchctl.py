@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import copy
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -201,8 +202,8 @@ class AuditTail:
                 if not any(mark in line for mark in self._WRITE_MARKS):
                     continue
                 ev = audit.parse_event(line.decode(errors="replace"))
-                if ev is not None and ev.is_write and ev.resource != audit.LEASES:  # Lease heartbeats: not writes
-                    self.writes.append(ev)
+                if ev is not None:  # one rule for what counts as a write (Lease heartbeats do not)
+                    self.writes.extend(audit.select_writes([ev]))
 
     def select(self, since: datetime, until: datetime | None = None, user: str | None = None) -> list[audit.AuditEvent]:
         self.poll()
@@ -1483,6 +1484,9 @@ def cmd_controller(args: argparse.Namespace) -> int:
         write_outputs(saved, args.out, plots=True)
         print(f"re-rendered {args.out / 'controller.md'} and the plots")
         return 0
+    if importlib.util.find_spec("matplotlib") is None:  # fail before a 20-minute run, not after it
+        print("tandem bench controller: matplotlib is missing (pip install -e . --group dev)", file=sys.stderr)
+        return 1
     started_wall = datetime.now(UTC)
     t_start = time.monotonic()
 

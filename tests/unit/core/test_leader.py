@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.adapters.kube import Conflict, ServerError
+from tandem.controller.election import HealthServer, LeaderElector
 from tandem.core.leader import LeaseRecord, LeaseTimings, Observation, decide, must_stop, observe
-from tandem.leader_election import HealthServer, LeaderElector
 
 pytestmark = pytest.mark.unit
 

@@ -444,3 +444,18 @@ def test_write_plots_makes_one_png_per_section(tmp_path: Path) -> None:
         "controller-c6.png",
     ]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_controller_bench_refuses_to_start_without_matplotlib(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plots come last, after a long run: a missing matplotlib must stop the run before it starts."""
+    import importlib.util  # noqa: PLC0415
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    started: list[str] = []
+    monkeypatch.setattr(benchctl, "locate", lambda: started.append("locate"))
+    assert benchctl.main(["controller", "--quick", "--out", str(tmp_path)]) == 1
+    assert "matplotlib is missing" in capsys.readouterr().err
+    assert started == []
