@@ -59,6 +59,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 # Re-exported: the rendering rules moved to the API package (tandem validate runs them at admission).
+from tandem import enginemetrics as em
 from tandem.api.gatequery import (
     PROM_DURATION,
     ROLE_REGEX,
@@ -71,24 +72,24 @@ from tandem.api.gatequery import (
 
 # --- series label contract ------------------------------------------------------------------------
 
-LABEL_NAMESPACE: Final = "namespace"
-LABEL_POOL: Final = "pool"
-LABEL_REVISION: Final = "revision"
-LABEL_ROLE: Final = "role"
-LABEL_PAIR: Final = "pair"
-LABEL_POD: Final = "pod"
-SERIES_LABELS: Final[tuple[str, ...]] = (LABEL_NAMESPACE, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, LABEL_PAIR, LABEL_POD)
+LABEL_NAMESPACE: Final = em.LABEL_NAMESPACE
+LABEL_POOL: Final = em.LABEL_POOL
+LABEL_REVISION: Final = em.LABEL_REVISION
+LABEL_ROLE: Final = em.LABEL_ROLE
+LABEL_PAIR: Final = em.LABEL_PAIR
+LABEL_POD: Final = em.LABEL_POD
+SERIES_LABELS: Final[tuple[str, ...]] = em.TARGET_LABELS
 
 
 # --- vLLM metric names (integration.md §4, benchmarks.md §9) ---------------------------------------
 
-METRIC_TTFT: Final = "vllm:time_to_first_token_seconds"
-METRIC_TPOT: Final = "vllm:request_time_per_output_token_seconds"
-METRIC_TTFT_BUCKET: Final = METRIC_TTFT + "_bucket"
-METRIC_TPOT_BUCKET: Final = METRIC_TPOT + "_bucket"
-METRIC_REQUEST_SUCCESS: Final = "vllm:request_success_total"
-METRIC_PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
-METRIC_PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
+METRIC_TTFT: Final = em.TTFT
+METRIC_TPOT: Final = em.TPOT
+METRIC_TTFT_BUCKET: Final = em.bucket(em.TTFT)
+METRIC_TPOT_BUCKET: Final = em.bucket(em.TPOT)
+METRIC_REQUEST_SUCCESS: Final = em.total(em.REQUEST_SUCCESS)
+METRIC_PREFIX_CACHE_HITS: Final = em.total(em.PREFIX_HITS)
+METRIC_PREFIX_CACHE_QUERIES: Final = em.total(em.PREFIX_QUERIES)
 
 # --- templates ------------------------------------------------------------------------------------
 

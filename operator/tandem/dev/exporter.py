@@ -60,23 +60,17 @@ from urllib.parse import unquote
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from tandem import enginemetrics as em
+
 Role = Literal["prefill", "decode"]
 Mode = Literal["normal", "nan", "empty", "down"]
 MODES: Final = ("normal", "nan", "empty", "down")
 
-# vLLM's bucket bounds (vllm/v1/metrics/loggers.py).
-TTFT_BUCKETS: Final = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-    160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-LATENCY_BUCKETS: Final = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
-    1920.0, 7680.0,
-)  # fmt: skip
-FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
+# vLLM's vocabulary is tandem.enginemetrics's (re-exported: tests and the podmetrics bridge import these).
+TTFT_BUCKETS: Final = em.TTFT_BUCKETS
+TPOT_BUCKETS: Final = em.TPOT_BUCKETS
+LATENCY_BUCKETS: Final = em.LATENCY_BUCKETS
+FINISHED_REASONS: Final = em.FINISHED_REASONS
 LOOPBACK: Final = "127.0.0.1"
 
 
@@ -378,36 +372,32 @@ class Exporter:
             fam.add_metric(base, num(v))
             return fam
 
-        yield hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft)
-        yield hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", s.itl)
+        yield hist(em.TTFT, "Histogram of time to first token in seconds.", s.ttft)
+        yield hist(em.ITL, "Histogram of inter-token latency in seconds.", s.itl)
         yield hist(
-            "vllm:request_time_per_output_token_seconds",
+            em.TPOT,
             "Histogram of time_per_output_token_seconds per request.",
             s.tpot,
         )
-        yield hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e)
+        yield hist(em.E2E, "Histogram of e2e request latency in seconds.", s.e2e)
         success = CounterMetricFamily(
-            "vllm:request_success", "Count of successfully processed requests.", labels=[*names, "finished_reason"]
+            em.REQUEST_SUCCESS, "Count of successfully processed requests.", labels=[*names, "finished_reason"]
         )
         for reason in FINISHED_REASONS:
             success.add_metric([*base, reason], num(s.success[reason]))
         yield success
-        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
-        yield counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
+        yield counter(em.PROMPT_TOKENS, "Number of prefill tokens processed.", s.prompt_tokens)
+        yield counter(em.GENERATION_TOKENS, "Number of generation tokens processed.", s.generation_tokens)
         yield counter(
-            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", s.prefix_queries
+            em.PREFIX_QUERIES, "Prefix cache queries, in terms of number of queried tokens.", s.prefix_queries
         )
-        yield counter(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits
-        )
-        yield counter(
-            "vllm:external_prefix_cache_queries", "External prefix cache queries (KV connector).", s.external_queries
-        )
-        yield counter("vllm:external_prefix_cache_hits", "External prefix cache hits (KV connector).", s.external_hits)
+        yield counter(em.PREFIX_HITS, "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits)
+        yield counter(em.EXTERNAL_QUERIES, "External prefix cache queries (KV connector).", s.external_queries)
+        yield counter(em.EXTERNAL_HITS, "External prefix cache hits (KV connector).", s.external_hits)
         in_flight = b.request_rate * (b.ttft_s * b.ttft_multiplier + b.tpot_s * b.tpot_multiplier * b.output_tokens)
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", round(in_flight))
-        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", b.waiting)
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", b.kv_usage)
+        yield gauge(em.RUNNING, "Number of requests in model execution batches.", round(in_flight))
+        yield gauge(em.WAITING, "Number of requests waiting to be processed.", b.waiting)
+        yield gauge(em.KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", b.kv_usage)
 
     # -- serving --
 

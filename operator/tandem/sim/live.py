@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
+from tandem import enginemetrics as em
 from tandem.routing import (
     Admission,
     Outcome,
@@ -86,54 +87,33 @@ from tandem.sim.workload import BLOCK_TOKENS, Workload
 
 Role = Literal["prefill", "decode"]
 
-# vLLM's bucket bounds (vllm/v1/metrics/loggers.py); equal to tandem.dev.exporter's (a test checks).
-TTFT_BUCKETS: Final = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-    160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-LATENCY_BUCKETS: Final = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
-    1920.0, 7680.0,
-)  # fmt: skip
-TOKEN_BUCKETS: Final = tuple(float(x) for x in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
-                                                  50000, 100000, 200000, 500000, 1000000))  # fmt: skip
-FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
-
-# Metric names (benchmarks.md §9). Histograms and counters without their _bucket/_total suffixes.
-TTFT: Final = "vllm:time_to_first_token_seconds"
-ITL: Final = "vllm:inter_token_latency_seconds"
-TPOT: Final = "vllm:request_time_per_output_token_seconds"
-E2E: Final = "vllm:e2e_request_latency_seconds"
-QUEUE_TIME: Final = "vllm:request_queue_time_seconds"
-PREFILL_TIME: Final = "vllm:request_prefill_time_seconds"
-DECODE_TIME: Final = "vllm:request_decode_time_seconds"
-PROMPT_TOKENS_HIST: Final = "vllm:request_prompt_tokens"
-GENERATION_TOKENS_HIST: Final = "vllm:request_generation_tokens"
-HISTOGRAMS: Final[Mapping[str, tuple[float, ...]]] = {
-    TTFT: TTFT_BUCKETS,
-    ITL: TPOT_BUCKETS,
-    TPOT: TPOT_BUCKETS,
-    E2E: LATENCY_BUCKETS,
-    QUEUE_TIME: LATENCY_BUCKETS,
-    PREFILL_TIME: LATENCY_BUCKETS,
-    DECODE_TIME: LATENCY_BUCKETS,
-    PROMPT_TOKENS_HIST: TOKEN_BUCKETS,
-    GENERATION_TOKENS_HIST: TOKEN_BUCKETS,
-}
-PROMPT_TOKENS: Final = "vllm:prompt_tokens"
-GENERATION_TOKENS: Final = "vllm:generation_tokens"
-PREFIX_QUERIES: Final = "vllm:prefix_cache_queries"
-PREFIX_HITS: Final = "vllm:prefix_cache_hits"
-EXTERNAL_QUERIES: Final = "vllm:external_prefix_cache_queries"
-EXTERNAL_HITS: Final = "vllm:external_prefix_cache_hits"
-COUNTERS: Final = (PROMPT_TOKENS, GENERATION_TOKENS, PREFIX_QUERIES, PREFIX_HITS, EXTERNAL_QUERIES, EXTERNAL_HITS)
-REQUEST_SUCCESS: Final = "vllm:request_success"
-RUNNING: Final = "vllm:num_requests_running"
-WAITING: Final = "vllm:num_requests_waiting"
-KV_USAGE: Final = "vllm:kv_cache_usage_perc"
+# vLLM's vocabulary (names, buckets, finished reasons) is tandem.enginemetrics's; re-exported for this module's users.
+TTFT_BUCKETS: Final = em.TTFT_BUCKETS
+TPOT_BUCKETS: Final = em.TPOT_BUCKETS
+LATENCY_BUCKETS: Final = em.LATENCY_BUCKETS
+TOKEN_BUCKETS: Final = em.TOKEN_BUCKETS
+FINISHED_REASONS: Final = em.FINISHED_REASONS
+TTFT: Final = em.TTFT
+ITL: Final = em.ITL
+TPOT: Final = em.TPOT
+E2E: Final = em.E2E
+QUEUE_TIME: Final = em.QUEUE_TIME
+PREFILL_TIME: Final = em.PREFILL_TIME
+DECODE_TIME: Final = em.DECODE_TIME
+PROMPT_TOKENS_HIST: Final = em.PROMPT_TOKENS_HIST
+GENERATION_TOKENS_HIST: Final = em.GENERATION_TOKENS_HIST
+HISTOGRAMS: Final[Mapping[str, tuple[float, ...]]] = em.HISTOGRAMS
+PROMPT_TOKENS: Final = em.PROMPT_TOKENS
+GENERATION_TOKENS: Final = em.GENERATION_TOKENS
+PREFIX_QUERIES: Final = em.PREFIX_QUERIES
+PREFIX_HITS: Final = em.PREFIX_HITS
+EXTERNAL_QUERIES: Final = em.EXTERNAL_QUERIES
+EXTERNAL_HITS: Final = em.EXTERNAL_HITS
+COUNTERS: Final = em.COUNTERS
+REQUEST_SUCCESS: Final = em.REQUEST_SUCCESS
+RUNNING: Final = em.RUNNING
+WAITING: Final = em.WAITING
+KV_USAGE: Final = em.KV_USAGE
 
 STREAM_LIMIT: Final = 4096
 """Most interleaved copies of a workload (≈ 13 k req/s of the conversation trace at speedup 1)."""

@@ -31,52 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-TTFT_BUCKETS: tuple[float, ...] = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
+from tandem import enginemetrics as em
+
+TTFT_BUCKETS: tuple[float, ...] = em.TTFT_BUCKETS
 """vLLM ``vllm:time_to_first_token_seconds`` bucket upper bounds (+Inf implied)."""
-TPOT_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
+TPOT_BUCKETS: tuple[float, ...] = em.TPOT_BUCKETS
 """vLLM per-token/per-request TPOT bucket upper bounds (+Inf implied)."""
 
 PREFILL = 0
