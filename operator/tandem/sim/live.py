@@ -66,6 +66,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
 from tandem.routing import (
+    ENGINE_METRIC_KV_USAGE,
+    ENGINE_METRIC_RUNNING,
+    ENGINE_METRIC_WAITING,
     Admission,
     Outcome,
     Pair,
@@ -131,9 +134,9 @@ EXTERNAL_QUERIES: Final = "vllm:external_prefix_cache_queries"
 EXTERNAL_HITS: Final = "vllm:external_prefix_cache_hits"
 COUNTERS: Final = (PROMPT_TOKENS, GENERATION_TOKENS, PREFIX_QUERIES, PREFIX_HITS, EXTERNAL_QUERIES, EXTERNAL_HITS)
 REQUEST_SUCCESS: Final = "vllm:request_success"
-RUNNING: Final = "vllm:num_requests_running"
-WAITING: Final = "vllm:num_requests_waiting"
-KV_USAGE: Final = "vllm:kv_cache_usage_perc"
+RUNNING: Final = ENGINE_METRIC_RUNNING  # the names the router's admission reads (tandem.routing)
+WAITING: Final = ENGINE_METRIC_WAITING
+KV_USAGE: Final = ENGINE_METRIC_KV_USAGE
 
 STREAM_LIMIT: Final = 4096
 """Most interleaved copies of a workload (≈ 13 k req/s of the conversation trace at speedup 1)."""
