@@ -236,7 +236,7 @@ class CandidateSet:
         self.ids: tuple[str, ...] = tuple(p.id for p in cands)
         self.id_set: frozenset[str] = frozenset(self.ids)
         self.total_weight: int = sum(p.weight for p in cands)
-        self._hashed = tuple((p.id.encode("utf-8"), p.weight, p.id, p) for p in cands)
+        self._hashed = tuple((p.id.encode("utf-8"), p.weight, p.id, i, p) for i, p in enumerate(cands))
         self._orders: OrderedDict[tuple[int, int], tuple[Pair, ...]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -253,14 +253,16 @@ class CandidateSet:
             return found
         # One hasher fed the domain and key, copied per pair: the same bytes as rendezvous_score hashes.
         base = hashlib.blake2b(HRW_DOMAIN + (key & _KEY_MASK).to_bytes(8, "big"), digest_size=8)
-        from_bytes, log = int.from_bytes, math.log
+        from_bytes, log, fresh = int.from_bytes, math.log, base.copy
         # (-score, id, position, pair): ascending = descending score, ties by id, then input position
-        # (what a stable sort keeps for equal ids); pairs themselves are never compared.
-        scored = []
-        for i, (raw, w, pid, p) in enumerate(self._hashed):
-            h = base.copy()
+        # (what a stable sort keeps for equal ids); pairs themselves are never compared. -score is written
+        # w / ln(u): negating -w / ln(u) is exact, so the floats equal rendezvous_score's negated.
+        scored: list[tuple[float, str, int, Pair]] = []
+        add = scored.append
+        for raw, w, pid, i, p in self._hashed:
+            h = fresh()
             h.update(raw)
-            scored.append((-(-w / log(((from_bytes(h.digest(), "big") >> 11) + 0.5) / _U53)), pid, i, p))
+            add((w / log(((from_bytes(h.digest(), "big") >> 11) + 0.5) / _U53), pid, i, p))
         best = heapq.nsmallest(k, scored) if k < n else sorted(scored)
         found = tuple(item[3] for item in best)
         memo[(key, k)] = found
