@@ -28,7 +28,6 @@ from tandem.routing import (
     KvTransfer,
     Match,
     Pair,
-    PairLoad,
     PairState,
     Revisions,
     RoutingTable,

@@ -21,7 +21,9 @@ import pytest
 from tandem.dev.enginedouble import Behaviour, EngineDouble
 from tandem.router.proxy import HEADER_PAIR, RequestIdFilter, RouterConfig
 from tandem.router.scrape import parse_engine_metrics
-from tandem.routing import Admission, PairLoad, RoutingTable, candidates, routing_key
+from tandem.router.server import start_router
+from tandem.router.tables import FileSource
+from tandem.routing import Admission, PairLoad, Revisions, RoutingTable, candidates, routing_key
 from tests.component.test_router import Lab, _samples, make_table
 
 pytestmark = pytest.mark.component
@@ -179,9 +181,6 @@ async def test_router_without_scraping_has_no_engine_view(lab: Lab, client: aioh
     pairs = await lab.pairs(1)
     lab.decode["speed-p0"].behaviour = Behaviour(kv_usage=1.0)
     lab.write(make_table(pairs, admission=ADMISSION))
-    from tandem.router.server import start_router
-    from tandem.router.tables import FileSource
-
     lab.router = await start_router([FileSource([lab.path])], config=RouterConfig(scrape_interval_s=0))
     assert lab.router.router.scraper.view("ml/speed") == {}
     async with client.post(lab.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}) as resp:
@@ -279,3 +278,30 @@ def test_parse_engine_metrics_reads_vllm_032_lines() -> None:
     sample = parse_engine_metrics(text)
     assert (sample.running, sample.waiting, sample.kv_usage) == (5.0, 1.0, 0.5)
     assert not math.isnan(sample.kv_usage)
+
+
+async def test_router_metrics_per_pool_pair_and_revision(lab: Lab, client: aiohttp.ClientSession) -> None:
+    pairs = await lab.pairs(2, revision="r7")
+    table = make_table(pairs, revisions=Revisions(stable="r7"))
+    router = await lab.start(table, RouterConfig(prefill_timeout_s=5))
+    prompt = "observed"
+    first, second = first_choice(table, prompt)
+    lab.prefill[first].behaviour = Behaviour(status=503)
+    body = {"prompt": prompt, "max_tokens": 3, "stream": True}
+    async with client.post(lab.url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200 and resp.headers[HEADER_PAIR] == second
+        await resp.read()
+    text = await metrics_text(lab, client)
+    labels = (("pair", second), ("pool", "ml/speed"), ("revision", "r7"))
+    assert _samples(text, "tandem_router_requests_total") == {(("outcome", "ok"), *labels): 1.0}
+    assert _samples(text, "tandem_router_ttft_seconds_count") == {labels: 1.0}
+    assert _samples(text, "tandem_router_request_duration_seconds_count") == {labels: 1.0}
+    legs = _samples(text, "tandem_router_leg_duration_seconds_count")
+    assert legs == {(("leg", "decode"), *labels): 1.0, (("leg", "prefill"), *labels): 1.0}
+    assert _samples(text, "tandem_router_walk_length_count") == {(("pool", "ml/speed"),): 1.0}
+    assert _samples(text, "tandem_router_walk_length_sum") == {(("pool", "ml/speed"),): 2.0}
+    rejects = _samples(text, "tandem_router_fast_rejects_total")
+    assert rejects == {(("pair", first), ("pool", "ml/speed"), ("reason", "Prefill503")): 1.0}
+    info = _samples(text, "tandem_router_table_info")
+    assert [dict(k)["fingerprint"] for k in info] == [router.store.snapshot[0].fingerprint]
+    assert list(_samples(text, "tandem_router_table_age_seconds")) == [(("pool", "ml/speed"),)]
