@@ -106,11 +106,12 @@ STATUS_NO_CANDIDATES = 503
 _U53 = float(1 << 53)
 _KEY_MASK = 0xFFFFFFFFFFFFFFFF
 ORDER_MEMO_KEYS: Final = 4096
-"""Keys whose walk-order prefix one :class:`CandidateSet` remembers (LRU). At ``maxWalk = 4`` an entry is a
-4-tuple, so a full memo is ≈ 0.5 MB; 4,096 covers the hot prefixes of a pool between table changes."""
-CANDIDATE_SET_MEMO: Final = 64
+"""Keys whose walk-order prefix one :class:`CandidateSet` remembers (LRU). An entry (key tuple, a 4-tuple of
+pairs at ``maxWalk = 4``, the LRU link) is ≈ 300 bytes, so a full memo is ≈ 1.2 MB; 4,096 covers the hot
+prefixes of a pool between table changes."""
+CANDIDATE_SET_MEMO: Final = 32
 """Tables (and pair tuples) whose :class:`CandidateSet` is kept: more than the pools one router serves; a
-table change replaces its entry, the old one ages out."""
+table change adds an entry and the old one ages out. Worst case with every memo full: ≈ 40 MB."""
 
 
 def _h64(data: bytes) -> int:
