@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Final
 
+PREFIX: Final = "vllm:"
+"""Every vLLM metric name starts with this (a scraper skips other lines cheaply)."""
+
 # --- histograms ------------------------------------------------------------------------------------
 TTFT: Final = "vllm:time_to_first_token_seconds"
 ITL: Final = "vllm:inter_token_latency_seconds"

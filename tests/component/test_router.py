@@ -6,6 +6,7 @@ Every server binds 127.0.0.1 on an ephemeral port; each test sends a bounded num
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
@@ -27,7 +28,6 @@ from tandem.routing import (
     KvTransfer,
     Match,
     Pair,
-    PairLoad,
     PairState,
     Revisions,
     RoutingTable,
@@ -94,7 +94,9 @@ class Lab:
     async def start(self, table: RoutingTable, config: RouterConfig | None = None) -> RunningRouter:
         self.write(table)
         self.source = FileSource([self.path], interval_s=3600)  # tests poll by hand
-        self.router = await start_router([self.source], config=config or RouterConfig(prefill_timeout_s=5))
+        # Engine scrapes: one round at start-up, then only when a test calls scrape_once().
+        config = dataclasses.replace(config or RouterConfig(prefill_timeout_s=5), scrape_interval_s=3600)
+        self.router = await start_router([self.source], config=config)
         return self.router
 
     @property
@@ -370,6 +372,13 @@ async def test_router_all_full_answers_reject_status_with_retry_after(lab: Lab, 
         assert err["code"] == "all_pairs_full" and err["type"] == "service_unavailable_error"
     assert all(not d.requests for d in lab.decode.values())
     assert sum(len(d.requests) for d in lab.prefill.values()) == 2  # each pair tried once
+    assert lab.router is not None and lab.router.metrics_port is not None
+    text = await (await client.get(f"http://127.0.0.1:{lab.router.metrics_port}/metrics")).text()
+    assert _samples(text, "tandem_router_client_rejects_total") == {
+        (("pool", "ml/speed"), ("reason", "all_pairs_full")): 1.0
+    }
+    reasons = {dict(labels)["reason"] for labels in _samples(text, "tandem_router_fast_rejects_total")}
+    assert reasons == {"Prefill429"}  # the walk's Excluded skips are not counted a second time
 
 
 async def test_router_pool_without_serving_pair_answers_503(lab: Lab, client: aiohttp.ClientSession) -> None:
@@ -519,7 +528,7 @@ async def test_router_concurrent_streams_respect_admission_and_release_counts(
     assert set(statuses) <= {200, 429}
     assert statuses.count(200) >= 4  # two pairs x two slots were free at the start
     assert max(d.max_running for d in lab.decode.values()) <= 2
-    assert router.router.loads.for_table(table) == {p.id: PairLoad() for p in pairs}
+    assert router.router.loads.for_table(table) == {}  # every pair idle again
     assert sum(len(d.requests) for d in lab.decode.values()) == statuses.count(200)
 
 

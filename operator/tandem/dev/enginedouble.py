@@ -20,6 +20,13 @@ without GPUs.
 - **Behaviour** (:class:`Behaviour`, changeable while running): answer a status (429/503/500) to every
   completion, stall before answering, pace tokens at a rate, or die mid-stream after N tokens (the
   connection is cut with no final chunk and no ``[DONE]``).
+- **Metrics** (``GET /metrics``, the three gauges the router's admission reads, names from
+  :mod:`tandem.routing`, lines shaped like vLLM 0.32's): ``num_requests_running`` counts completions being
+  answered, ``num_requests_waiting`` those waiting for a slot when ``max_num_seqs`` is set (as vLLM's
+  scheduler holds requests beyond ``--max-num-seqs``), ``kv_cache_usage_perc`` is running /
+  ``max_num_seqs`` (each running request holds an equal share; 0 without a limit) unless
+  :attr:`Behaviour.kv_usage` pins it. :attr:`Behaviour.metrics_status` / ``metrics_stall_s`` break the
+  page for scrape-failure tests.
 - Every completion request is recorded (:attr:`EngineDouble.requests`: path, headers, JSON body).
 
 Must not: bind anything but loopback by default, or talk to Kubernetes.
@@ -41,6 +48,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tandem.routing import ENGINE_METRIC_KV_USAGE, ENGINE_METRIC_RUNNING, ENGINE_METRIC_WAITING
+
 DEFAULT_MODEL = "double-model"
 NIXL_SIDE_CHANNEL_PORT = 5600
 BLOCK_TOKENS = 16
@@ -58,6 +67,12 @@ class Behaviour:
     """Pace streamed tokens at this rate; 0 sends them back to back."""
     die_after_tokens: int | None = None
     """Cut the connection after this many streamed tokens (or, not streamed, before any answer)."""
+    kv_usage: float | None = None
+    """Report this ``kv_cache_usage_perc`` (0-1) instead of the derived value."""
+    metrics_status: int | None = None
+    """Answer ``/metrics`` with this status (a broken scrape)."""
+    metrics_stall_s: float = 0.0
+    """Wait this long before answering ``/metrics`` (a scrape timeout)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +123,20 @@ class EngineDouble:
     """Serve the Mooncake bootstrap ``/query`` on this port (0: ephemeral); ``None``: no bootstrap."""
     model: str = DEFAULT_MODEL
     data_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    """Completions answered at once (vLLM ``--max-num-seqs``); more wait (``num_requests_waiting``)."""
     behaviour: Behaviour = field(default_factory=Behaviour)
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     requests: list[Recorded] = field(default_factory=list)
     running: int = 0
+    waiting: int = 0
+    """Completions waiting for a slot (only with ``max_num_seqs``)."""
     max_running: int = 0
     """Most completions this double served at once (tests check admission bounds with it)."""
     aborted: int = 0
     """Requests whose client closed the connection while the double stalled (a router abort)."""
     _runners: list[web.AppRunner] = field(default_factory=list)
+    _slots: asyncio.Condition | None = None
 
     @property
     def address(self) -> str:
@@ -162,17 +182,35 @@ class EngineDouble:
             {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "vllm"}]}
         )
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    @property
+    def kv_usage(self) -> float:
+        """The ``kv_cache_usage_perc`` the double reports (module docstring)."""
+        if self.behaviour.kv_usage is not None:
+            return self.behaviour.kv_usage
+        if not self.max_num_seqs:
+            return 0.0
+        return min(1.0, self.running / self.max_num_seqs)
+
+    def metrics_text(self) -> str:
+        """The ``/metrics`` page: vLLM 0.32's names, types and labels for the admission gauges."""
         labels = f'{{engine="0",model_name="{self.model}"}}'
-        text = (
-            "# TYPE vllm:num_requests_running gauge\n"
-            f"vllm:num_requests_running{labels} {self.running}\n"
-            "# TYPE vllm:num_requests_waiting gauge\n"
-            f"vllm:num_requests_waiting{labels} 0\n"
-            "# TYPE vllm:kv_cache_usage_perc gauge\n"
-            f"vllm:kv_cache_usage_perc{labels} 0.0\n"
+        gauges = (
+            (ENGINE_METRIC_RUNNING, "Number of requests in model execution batches.", float(self.running)),
+            (ENGINE_METRIC_WAITING, "Number of requests waiting to be processed.", float(self.waiting)),
+            (ENGINE_METRIC_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", self.kv_usage),
         )
-        return web.Response(text=text, content_type="text/plain")
+        return "".join(
+            f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name}{labels} {value}\n"
+            for name, help_text, value in gauges
+        )
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        b = self.behaviour
+        if b.metrics_stall_s:
+            await asyncio.sleep(b.metrics_stall_s)
+        if b.metrics_status is not None:
+            return web.Response(status=b.metrics_status, text="scripted failure")
+        return web.Response(text=self.metrics_text(), content_type="text/plain")
 
     async def _query(self, _: web.Request) -> web.Response:
         answer = {
@@ -218,14 +256,35 @@ class EngineDouble:
         tokens = output_tokens(prompt_key(body), max_tokens)
         chat = request.path.endswith("/chat/completions")
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        self.running += 1
+        await self._take_slot()
         self.max_running = max(self.max_running, self.running)
         try:
             if stream:
                 return await self._stream(request, tokens, chat, request_id, out_params)
             return web.json_response(self._whole(tokens, chat, request_id, out_params, body))
         finally:
-            self.running -= 1
+            await self._release_slot()
+
+    async def _take_slot(self) -> None:
+        """Become running, waiting first while ``max_num_seqs`` completions run."""
+        if self.max_num_seqs is None:
+            self.running += 1
+            return
+        if self._slots is None:
+            self._slots = asyncio.Condition()
+        async with self._slots:
+            self.waiting += 1
+            try:
+                await self._slots.wait_for(lambda: self.max_num_seqs is None or self.running < self.max_num_seqs)
+            finally:
+                self.waiting -= 1
+            self.running += 1
+
+    async def _release_slot(self) -> None:
+        self.running -= 1
+        if self._slots is not None:
+            async with self._slots:
+                self._slots.notify()
 
     async def _stall(self, request: web.Request, seconds: float) -> bool:
         """Wait ``seconds``; True as soon as the client has closed the connection (vLLM aborts then)."""
@@ -313,6 +372,7 @@ async def _main(args: argparse.Namespace) -> None:
         port=args.port,
         bootstrap_port=args.bootstrap_port,
         model=args.model,
+        max_num_seqs=args.max_num_seqs,
         behaviour=behaviour,
     )
     await double.start()
@@ -331,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens-per-s", type=float, default=0.0)
     parser.add_argument("--stall", type=float, default=0.0, help="seconds to wait before answering")
     parser.add_argument("--status", type=int, default=None, help="answer every completion with this status")
+    parser.add_argument("--max-num-seqs", type=int, default=None, help="completions at once; more wait")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_main(parser.parse_args(argv)))
 

@@ -1,13 +1,18 @@
-"""The router's own load view: requests in flight per pair and per engine instance.
+"""The router's load view: its own requests in flight per pair and per engine instance, joined with
+what the engines report.
 
-Owns the counts :func:`tandem.routing.select` reads as :class:`~tandem.routing.PairLoad` (vLLM never
-answers 429, so a pair is full by the table's admission limits against these counts), and the choice of
+Owns the loads :func:`tandem.routing.select` reads as :class:`~tandem.routing.PairLoad` (vLLM never
+answers 429, so a pair is full by the table's admission limits against these loads), and the choice of
 instance inside a pair (least in flight, ties by table order).
 
 A request holds its pair slot from the moment it is admitted until its last decode byte is relayed (or it
-fails), so the counts are what this replica has assigned and not yet finished. Each replica counts only
-its own requests: the contract of the algorithm (``docs/design/005-routing.md``). Engine metrics
-(running/waiting/KV usage) are not scraped yet; ``queued`` is therefore 0 and KV usage 0.
+fails), so the own counts are what this replica has assigned and not yet finished. The engine view
+(:mod:`.scrape`: running, waiting, KV usage, summed over the pair's instances) also sees other replicas'
+requests but lags by up to a scrape interval. The load handed to the algorithm is the field-wise
+**maximum** of the two: every admission limit is a threshold on one field, so a pair is full exactly when
+its own counts *or* its engines say so, and a request this replica just admitted counts before the
+engines report it, without being counted twice once they do. A stale or missing engine view leaves the
+own counts alone.
 
 Must not: do I/O. Single-threaded (the event loop), so no locks.
 """
@@ -17,7 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from tandem.routing import NO_LOAD, Endpoint, PairLoad, RoutingTable
+from tandem.routing import Endpoint, PairLoad, RoutingTable
+
+
+def _join(own: PairLoad, engine: PairLoad) -> PairLoad:
+    """Field-wise maximum: full by either view (see the module docstring)."""
+    return PairLoad(
+        in_flight=max(own.in_flight, engine.in_flight),
+        queued=max(own.queued, engine.queued),
+        kv_utilization_percent=max(own.kv_utilization_percent, engine.kv_utilization_percent),
+    )
 
 
 class Loads:
@@ -25,16 +39,19 @@ class Loads:
 
     def __init__(self) -> None:
         self._pairs: dict[tuple[str, str, str], int] = {}
+        self._by_table: dict[tuple[str, str], dict[str, int]] = {}
+        """The same counts grouped per table, so a decision reads only the loaded pairs."""
         self._instances: dict[str, int] = {}
 
-    def for_table(self, table: RoutingTable, extra: Mapping[str, PairLoad] | None = None) -> dict[str, PairLoad]:
-        """``pair id → PairLoad`` for ``table``'s pairs; ``extra`` overrides some (pairs found full this walk)."""
-        out: dict[str, PairLoad] = {}
-        for pair in table.pairs:
-            n = self._pairs.get((table.namespace, table.pool, pair.id), 0)
-            out[pair.id] = PairLoad(in_flight=n) if n else NO_LOAD
-        if extra:
-            out.update(extra)
+    def for_table(self, table: RoutingTable, engine: Mapping[str, PairLoad] | None = None) -> dict[str, PairLoad]:
+        """``pair id → PairLoad`` for ``table``'s loaded pairs (a pair absent is idle, as the algorithm reads
+        it): own in-flight counts joined field-wise by maximum with ``engine`` (the scraped view)."""
+        own = self._by_table.get((table.namespace, table.pool))
+        out: dict[str, PairLoad] = {pid: PairLoad(in_flight=n) for pid, n in own.items()} if own else {}
+        if engine:
+            for pid, seen in engine.items():
+                mine = out.get(pid)
+                out[pid] = seen if mine is None else _join(mine, seen)
         return out
 
     def pair_in_flight(self, table: RoutingTable, pair_id: str) -> int:
@@ -46,15 +63,19 @@ class Loads:
     @contextmanager
     def hold_pair(self, table: RoutingTable, pair_id: str) -> Iterator[None]:
         key = (table.namespace, table.pool, pair_id)
-        self._pairs[key] = self._pairs.get(key, 0) + 1
+        group = self._by_table.setdefault((table.namespace, table.pool), {})
+        self._pairs[key] = group[pair_id] = self._pairs.get(key, 0) + 1
         try:
             yield
         finally:
             left = self._pairs[key] - 1
             if left:
-                self._pairs[key] = left
+                self._pairs[key] = group[pair_id] = left
             else:
                 del self._pairs[key]
+                del group[pair_id]
+                if not group:
+                    self._by_table.pop((table.namespace, table.pool), None)
 
     @contextmanager
     def hold_instance(self, address: str) -> Iterator[None]:

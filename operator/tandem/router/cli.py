@@ -15,9 +15,12 @@ import logging
 import signal
 from typing import Any
 
-from tandem.router.proxy import RouterConfig
+from tandem.router.proxy import RequestIdFilter, RouterConfig
 from tandem.router.server import start_router
 from tandem.router.tables import DEFAULT_POLL_INTERVAL_S, FileSource, TableSource
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+"""Every line names the request it was logged for (``-`` outside a request): see ``RequestIdFilter``."""
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +57,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--connect-timeout", type=float, default=RouterConfig.connect_timeout_s, help="connect timeout (s)"
     )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=RouterConfig.scrape_interval_s,
+        help="seconds between engine /metrics rounds for admission (0: own counts only)",
+    )
+    parser.add_argument(
+        "--scrape-timeout", type=float, default=RouterConfig.scrape_timeout_s, help="engine /metrics read timeout (s)"
+    )
+    parser.add_argument(
+        "--scrape-stale-intervals",
+        type=int,
+        default=RouterConfig.scrape_stale_intervals,
+        help="engine samples older than this many intervals are ignored",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -71,7 +89,13 @@ def _sources(args: argparse.Namespace) -> list[TableSource]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    config = RouterConfig(prefill_timeout_s=args.prefill_timeout, connect_timeout_s=args.connect_timeout)
+    config = RouterConfig(
+        prefill_timeout_s=args.prefill_timeout,
+        connect_timeout_s=args.connect_timeout,
+        scrape_interval_s=args.scrape_interval,
+        scrape_timeout_s=args.scrape_timeout,
+        scrape_stale_intervals=args.scrape_stale_intervals,
+    )
     running = await start_router(
         _sources(args),
         host=args.host,
@@ -94,5 +118,7 @@ async def _serve(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if not args.routing_table and not args.namespace:
         raise SystemExit("tandem router: give --routing-table FILE or --namespace NS (either may repeat)")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
     return asyncio.run(_serve(args))

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tandem.router.scrape import EngineScraper, Target
 from tandem.router.tables import TableStore
 
 OUTCOME_OK = "ok"
@@ -40,6 +41,10 @@ REASON_PREFILL_503 = "Prefill503"
 REASON_PREFILL_CONNECT = "PrefillConnectError"
 REASON_PREFILL_TIMEOUT = "PrefillTimeout"
 REASON_NO_ADDRESS = "NoAddress"
+
+# Why a client got the table's reject status (or 503): labels of tandem_router_client_rejects_total.
+REJECT_ALL_FULL = "all_pairs_full"
+REJECT_NO_SERVING_PAIR = "no_serving_pair"
 
 LEG_PREFILL = "prefill"
 LEG_DECODE = "decode"
@@ -70,6 +75,24 @@ class _TableCollector(Collector):
             info.add_metric([pool, loaded.source, loaded.fingerprint], 1.0)
             age.add_metric([pool], max(0.0, now - loaded.loaded_at))
         yield info
+        yield age
+
+
+class _ScrapeCollector(Collector):
+    """Seconds since each engine instance's last good scrape (+Inf: never), read at scrape time."""
+
+    def __init__(self, scraper: EngineScraper) -> None:
+        self._scraper = scraper
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        age = GaugeMetricFamily(
+            "tandem_router_engine_scrape_age_seconds",
+            "Seconds since the engine instance's metrics were last read (+Inf: never); older than the stale "
+            "limit means admission uses the router's own counts for it.",
+            labels=["pool", "pair", "role", "pod"],
+        )
+        for target, seconds in self._scraper.ages():
+            age.add_metric([target.pool, target.pair, target.role, target.pod], seconds)
         yield age
 
 
@@ -116,6 +139,18 @@ class RouterMetrics:
             ["pool", "pair", "reason"],
             registry=r,
         )
+        self.client_rejects = Counter(
+            "tandem_router_client_rejects",
+            "Requests answered with the reject status, by reason (all_pairs_full, no_serving_pair).",
+            ["pool", "reason"],
+            registry=r,
+        )
+        self.scrape_errors = Counter(
+            "tandem_router_engine_scrape_errors",
+            "Failed engine /metrics reads by reason (Timeout, ConnectError, HttpStatus, NoMetrics).",
+            ["pool", "pair", "pod", "reason"],
+            registry=r,
+        )
         self.in_flight = Gauge("tandem_router_in_flight", "Requests in flight per pair.", ["pool", "pair"], registry=r)
         self.table_offers = Counter(
             "tandem_router_table_offers",
@@ -132,6 +167,14 @@ class RouterMetrics:
         r.register(_TableCollector(store, clock))
         store.listeners.append(self._on_offer)
         store.error_listeners.append(self._on_source_error)
+
+    def watch_scraper(self, scraper: EngineScraper) -> None:
+        """Export ``scraper``'s instance ages and count its failures."""
+        self.registry.register(_ScrapeCollector(scraper))
+        scraper.error_listeners.append(self._on_scrape_error)
+
+    def _on_scrape_error(self, target: Target, reason: str) -> None:
+        self.scrape_errors.labels(target.pool, target.pair, target.pod, reason).inc()
 
     def _on_source_error(self, origin: str, reason: str) -> None:
         self.source_errors.labels(origin, reason).inc()

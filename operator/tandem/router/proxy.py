@@ -5,11 +5,13 @@ Steps per request (the code follows them):
 1. Parse the body (:mod:`.request`); keep the tables serving its ``model`` (tables without a served model
    name take any); :func:`tandem.routing.classify` picks the pool; :func:`tandem.routing.routing_key` keys it.
 2. :func:`tandem.routing.select_for_table` walks the candidates with this replica's in-flight counts
-   (:mod:`.admission`). Pairs full by the table's admission limits are skipped by the algorithm itself.
+   joined with the scraped engine view (:mod:`.admission`, :mod:`.scrape`). Pairs full by the table's
+   admission limits are skipped by the algorithm itself.
 3. The prefill leg runs on the chosen pair. A prefill that answers 429 or 503, cannot be connected to,
-   or times out makes the pair count as full for this request (its load is set to ``maxInFlight``) and
-   step 2 runs again: the next candidate in the same walk order, within the same ``maxWalk``. Any other
-   prefill failure is the client's error (4xx relayed) or a 502; no walk.
+   or times out puts the pair in the walk's ``exclude`` set and step 2 runs again: the algorithm walks
+   past it (its place and its try kept, its load untouched) to the next candidate in the same walk
+   order, within the same ``maxWalk``. Any other prefill failure is the client's error (4xx relayed) or a
+   502; no walk.
 4. The decode leg runs on the same pair and is relayed to the client. Nothing is retried once the decode
    leg has started: the first decode byte may already be with the client, and the KV sits on this pair.
 5. Every tried pair full: the table's ``rejectStatus`` with ``Retry-After``.
@@ -25,6 +27,7 @@ Must not: re-implement any routing decision, or retry after a decode leg started
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import logging
@@ -55,13 +58,34 @@ from tandem.router.metrics import (
     REASON_PREFILL_503,
     REASON_PREFILL_CONNECT,
     REASON_PREFILL_TIMEOUT,
+    REJECT_ALL_FULL,
+    REJECT_NO_SERVING_PAIR,
     RouterMetrics,
 )
 from tandem.router.request import KIND_CHAT, KIND_COMPLETION, BadRequest, ClientRequest, parse_request
+from tandem.router.scrape import (
+    DEFAULT_SCRAPE_INTERVAL_S,
+    DEFAULT_SCRAPE_TIMEOUT_S,
+    DEFAULT_STALE_INTERVALS,
+    EngineScraper,
+)
 from tandem.router.tables import TableStore
-from tandem.routing import Outcome, Pair, PairLoad, RoutingTable, classify, routing_key, select_for_table
+from tandem.routing import Outcome, Pair, RoutingTable, SkipReason, classify, routing_key, select_for_table
 
 log = logging.getLogger(__name__)
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("tandem_request_id", default="-")
+"""The request id of the request this task serves (``-`` outside one); :class:`RequestIdFilter` puts it on
+every log record, so any line logged while serving a request carries its ``X-Request-Id``."""
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``record.request_id`` (the :data:`REQUEST_ID` of the emitting task) to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get()
+        return True
+
 
 HEADER_PAIR = "X-Tandem-Pair"
 PATHS = {KIND_COMPLETION: "/v1/completions", KIND_CHAT: "/v1/chat/completions"}
@@ -81,6 +105,12 @@ class RouterConfig:
     retry_after_s: int = 1
     bootstrap_cache_s: float = 60.0
     """How long a prefill's Mooncake ``/query`` answer is reused."""
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
+    """Seconds between engine-metric rounds (:mod:`.scrape`); 0 turns engine-metric admission off."""
+    scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S
+    """Bound of one instance's ``/metrics`` read."""
+    scrape_stale_intervals: int = DEFAULT_STALE_INTERVALS
+    """Engine samples older than this many intervals are not used (own counts only)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +144,14 @@ class Router:
         self.metrics = metrics
         self.config = config or RouterConfig()
         self.loads = loads or Loads()
+        self.scraper = EngineScraper(
+            store,
+            interval_s=self.config.scrape_interval_s,
+            timeout_s=self.config.scrape_timeout_s,
+            stale_intervals=self.config.scrape_stale_intervals,
+        )
+        """Engine view for admission; :func:`tandem.router.server.start_router` runs its loop when enabled."""
+        metrics.watch_scraper(self.scraper)
         self._session: aiohttp.ClientSession | None = None
         self._bootstrap: dict[str, tuple[float, Any]] = {}
         self._dp_counter = itertools.count()
@@ -159,6 +197,7 @@ class Router:
     async def handle(self, request: web.Request, kind: str) -> web.StreamResponse:
         started = time.perf_counter()
         request_id = request.headers.get(legs.HEADER_REQUEST_ID) or f"tandem-{uuid.uuid4().hex}"
+        REQUEST_ID.set(request_id)  # aiohttp serves each request in its own task: the value stays with it
         try:
             creq = parse_request(kind, json.loads(await request.read()))
         except (BadRequest, ValueError) as exc:
@@ -186,21 +225,23 @@ class Router:
 
     async def _walk(self, request: web.Request, table: RoutingTable, key: int, state: _Request) -> web.StreamResponse:
         pool = f"{table.namespace}/{table.pool}"
-        full = PairLoad(in_flight=table.admission.max_in_flight)
-        overrides: dict[str, PairLoad] = {}
+        engine = self.scraper.view(pool)
+        tried: set[str] = set()  # pairs whose prefill said "full" in this request: excluded from the walk
         counted: set[str] = set()
         while True:
-            decision = select_for_table(table, key, self.loads.for_table(table, overrides))
+            decision = select_for_table(table, key, self.loads.for_table(table, engine), exclude=tried)
             for skip in decision.skips:
-                if skip.pair_id not in counted:
+                # An excluded pair was counted under the router's own reason when it was tried.
+                if skip.reason is not SkipReason.EXCLUDED and skip.pair_id not in counted:
                     counted.add(skip.pair_id)
                     self.metrics.rejects.labels(pool, skip.pair_id, str(skip.reason)).inc()
             if decision.outcome is Outcome.REJECTED or decision.pair is None:
                 self.metrics.walk.labels(pool).observe(decision.walk_length)
                 self.metrics.requests.labels(pool, "", "", OUTCOME_REJECTED).inc()
                 status = decision.status or 503
-                log.info("request %s rejected by %s after %d pair(s)", state.request_id, pool, decision.walk_length)
                 no_pair = decision.walk_length == 0  # no serving pair at all: an outage, not overload
+                self.metrics.client_rejects.labels(pool, REJECT_NO_SERVING_PAIR if no_pair else REJECT_ALL_FULL).inc()
+                log.info("request %s rejected by %s after %d pair(s)", state.request_id, pool, decision.walk_length)
                 return errors.error_response(
                     f"pool {pool} has no serving pair"
                     if no_pair
@@ -220,11 +261,12 @@ class Router:
                     gauge.dec()
             if isinstance(result, _Walk):
                 log.info("request %s: pair %s %s; walking on", state.request_id, pair.id, result.reason)
-                overrides[pair.id] = full
+                tried.add(pair.id)
                 counted.add(pair.id)
                 self.metrics.rejects.labels(pool, pair.id, result.reason).inc()
                 continue
             self.metrics.walk.labels(pool).observe(decision.walk_length)
+            log.debug("request %s served by %s (walk %d)", state.request_id, pair.id, decision.walk_length)
             return result
 
     # --- steps 3 and 4: the legs of one pair ---------------------------------------------------------

@@ -43,6 +43,7 @@ class RunningRouter:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.runner.cleanup()
+        await self.router.scraper.close()
         if self.health is not None:
             self.health.stop()
 
@@ -56,7 +57,8 @@ async def start_router(
     metrics_port: int | None = 0,
     config: RouterConfig | None = None,
 ) -> RunningRouter:
-    """Load tables, start both listeners (port 0: an ephemeral port) and the source loops."""
+    """Load tables, start both listeners (port 0: an ephemeral port), the source loops and the engine
+    scraper (its first round before returning)."""
     store = TableStore()
     metrics = RouterMetrics(store)
     for source in sources:
@@ -66,6 +68,10 @@ async def start_router(
         health = HealthListener(build_health_app(metrics, store), metrics_host, metrics_port)
         health.start()
     router = Router(store, metrics, config)
+    scraping = router.config.scrape_interval_s > 0
+    if scraping:
+        # One round before serving (bounded by the scrape timeout): admission starts with an engine view.
+        await router.scraper.scrape_once()
     runner = web.AppRunner(router.build_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -76,5 +82,7 @@ async def start_router(
         break
     running = RunningRouter(router=router, store=store, runner=runner, port=bound, health=health)
     running.tasks = [asyncio.create_task(source.run(store)) for source in sources]
+    if scraping:
+        running.tasks.append(asyncio.create_task(router.scraper.run()))
     log.info("tandem router on %s:%d (%d table(s) live)", host, bound, len(store.snapshot))
     return running

@@ -6,7 +6,11 @@ and publishes tables; routers and the fleet simulator import the algorithm. See
 """
 
 from tandem.routing.algorithm import (
+    ENGINE_METRIC_KV_USAGE,
+    ENGINE_METRIC_RUNNING,
+    ENGINE_METRIC_WAITING,
     NO_LOAD,
+    CandidateSet,
     Outcome,
     PairLoad,
     RequestFeatures,
@@ -14,6 +18,7 @@ from tandem.routing.algorithm import (
     Skip,
     SkipReason,
     WalkBound,
+    candidate_set_for_table,
     candidates,
     classify,
     compute_capacity,
@@ -48,9 +53,13 @@ from tandem.routing.table import (
 
 __all__ = [
     "CONFIGMAP_KEY",
+    "ENGINE_METRIC_KV_USAGE",
+    "ENGINE_METRIC_RUNNING",
+    "ENGINE_METRIC_WAITING",
     "NO_LOAD",
     "ROUTING_API_VERSION",
     "Admission",
+    "CandidateSet",
     "Endpoint",
     "HashSpec",
     "HeaderMatch",
@@ -68,6 +77,7 @@ __all__ = [
     "Skip",
     "SkipReason",
     "WalkBound",
+    "candidate_set_for_table",
     "candidates",
     "classify",
     "compute_capacity",

@@ -5,8 +5,10 @@ Owns the pure decisions every router makes with a :class:`~tandem.routing.table.
 The in-cluster router and the fleet simulator (``tandem.sim``) import this module; nothing
 re-implements it.
 
-Must not: do I/O, read a clock, keep state between calls, or use Python's ``hash()`` (salted per
-process by ``PYTHONHASHSEED``). Loads are an input (pair id → :class:`PairLoad` snapshot).
+Must not: do I/O, read a clock, keep state that changes a result between calls, or use Python's
+``hash()`` (salted per process by ``PYTHONHASHSEED``). Loads are an input (pair id → :class:`PairLoad`
+snapshot). The only state is a bounded memo of pure results (:class:`CandidateSet`, see *Decision cost*):
+a hit returns exactly what a recomputation would.
 Invariants: the same inputs give the same outputs in any process; only ``serving`` pairs with a
 positive weight are candidates; a walk tries at most ``maxWalk`` pairs.
 
@@ -49,16 +51,41 @@ with blocks ``[0, 1]`` and ``key_blocks = 2`` has key ``0xB2921D9AF23E3CED`` and
 (1 < 3) accepts: routed to ``speed-p0``, walk length 2, one fast reject. With ``p0=8`` instead,
 ``L = 15`` and ``cap = ceil(1.25 · 16 / 4) = 5``: ``p1`` (5 ≥ 5) is over the bound, ``p0`` is full
 (8 ≥ maxInFlight), ``p3`` (0 < 5) accepts: walk length 3, two fast rejects.
+
+Exclusion (the caller's own fast rejects)
+----------------------------------------
+A router learns that a pair is full only by trying it (a prefill answering 429/503, refusing the
+connection, timing out). It then calls :func:`select` again with that pair in ``exclude``: an excluded
+pair keeps its place in the walk order and uses one of the ``maxWalk`` tries (it *was* tried), is never
+the queueing fallback, and is recorded as a :attr:`SkipReason.EXCLUDED` skip (the caller counts it under
+its own reason); its load still counts in ``L`` as it is. Nothing else changes, so the router and the
+simulator walk by the same rule.
+
+Decision cost
+-------------
+Scoring hashes every candidate once per key (one BLAKE2b each: the layout above puts the key before the
+pair id, so no per-pair state can be precomputed), which dominated the decision (≈ 0.4-1.2 ms at 100
+pairs). :class:`CandidateSet` precomputes the per-table part once (the candidates, their id bytes and
+total weight) and memoises, per key, the first ``maxWalk`` pairs of the walk order in a bounded LRU (the
+order depends only on the key and the candidate set, never on loads). A request whose key was seen before
+(a conversation's next turn, a shared system prompt) costs a dictionary lookup plus the walk; a new key
+costs the hashes. :func:`select_for_table` keeps one :class:`CandidateSet` per table object (bounded);
+:func:`select` keeps one per tuple of pairs it is given (a list is compiled on every call). Memo entries
+hold their table or tuple, so an identity never matches a different object.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
+from tandem import enginemetrics as em
 from tandem.routing.table import (
     DEFAULT_PAIR_WEIGHT,
     DEFAULT_PREFIX_CHARS,
@@ -78,6 +105,14 @@ DEFAULT_KEY_BLOCKS = 1
 STATUS_NO_CANDIDATES = 503
 
 _U53 = float(1 << 53)
+_KEY_MASK = 0xFFFFFFFFFFFFFFFF
+ORDER_MEMO_KEYS: Final = 4096
+"""Keys whose walk-order prefix one :class:`CandidateSet` remembers (LRU). An entry (key tuple, a 4-tuple of
+pairs at ``maxWalk = 4``, the LRU link) is ≈ 300 bytes, so a full memo is ≈ 1.2 MB; 4,096 covers the hot
+prefixes of a pool between table changes."""
+CANDIDATE_SET_MEMO: Final = 32
+"""Tables (and pair tuples) whose :class:`CandidateSet` is kept: more than the pools one router serves; a
+table change adds an entry and the old one ages out. Worst case with every memo full: ≈ 40 MB."""
 
 
 def _h64(data: bytes) -> int:
@@ -182,9 +217,93 @@ def is_candidate(pair: Pair) -> bool:
 
 def candidates(key: int, pairs: Iterable[Pair]) -> tuple[Pair, ...]:
     """Candidate pairs for ``key`` in walk order: descending weighted rendezvous score, ties by id."""
-    scored = [(rendezvous_score(key, p.id, p.weight), p) for p in pairs if is_candidate(p)]
-    scored.sort(key=lambda sp: (-sp[0], sp[1].id))
-    return tuple(p for _, p in scored)
+    return _candidate_set(pairs).order(key)
+
+
+class CandidateSet:
+    """The routing candidates of one collection of pairs, precomputed for many walks (see *Decision cost*).
+
+    ``order(key, limit)`` is ``candidates(key, pairs)[:limit]``: the same scores (the same float
+    expression as :func:`rendezvous_score`, a unit test checks them against it), the same tie rule. The
+    memo maps ``(key, limit)`` to that prefix; it is bounded by :data:`ORDER_MEMO_KEYS` (least recently
+    used out). Used from one thread at a time (a router's event loop, a simulator).
+    """
+
+    __slots__ = ("_hashed", "_orders", "id_set", "ids", "pairs", "total_weight")
+
+    def __init__(self, pairs: Iterable[Pair]) -> None:
+        cands = tuple(p for p in pairs if is_candidate(p))
+        self.pairs: tuple[Pair, ...] = cands
+        """Serving pairs with a positive weight, in the given order."""
+        self.ids: tuple[str, ...] = tuple(p.id for p in cands)
+        self.id_set: frozenset[str] = frozenset(self.ids)
+        self.total_weight: int = sum(p.weight for p in cands)
+        self._hashed = tuple((p.id.encode("utf-8"), p.weight, p.id, i, p) for i, p in enumerate(cands))
+        self._orders: OrderedDict[tuple[int, int], tuple[Pair, ...]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def order(self, key: int, limit: int | None = None) -> tuple[Pair, ...]:
+        """The first ``limit`` candidates for ``key`` in walk order (all of them when ``None``)."""
+        n = len(self._hashed)
+        k = n if limit is None or limit > n else limit
+        memo = self._orders
+        found = memo.get((key, k))
+        if found is not None:
+            memo.move_to_end((key, k))
+            return found
+        # One hasher fed the domain and key, copied per pair: the same bytes as rendezvous_score hashes.
+        base = hashlib.blake2b(HRW_DOMAIN + (key & _KEY_MASK).to_bytes(8, "big"), digest_size=8)
+        from_bytes, log, fresh = int.from_bytes, math.log, base.copy
+        # (-score, id, position, pair): ascending = descending score, ties by id, then input position
+        # (what a stable sort keeps for equal ids); pairs themselves are never compared. -score is written
+        # w / ln(u): negating -w / ln(u) is exact, so the floats equal rendezvous_score's negated.
+        scored: list[tuple[float, str, int, Pair]] = []
+        add = scored.append
+        for raw, w, pid, i, p in self._hashed:
+            h = fresh()
+            h.update(raw)
+            add((w / log(((from_bytes(h.digest(), "big") >> 11) + 0.5) / _U53), pid, i, p))
+        best = heapq.nsmallest(k, scored) if k < n else sorted(scored)
+        found = tuple(item[3] for item in best)
+        memo[(key, k)] = found
+        if len(memo) > ORDER_MEMO_KEYS:
+            memo.popitem(last=False)
+        return found
+
+
+_SETS: OrderedDict[int, tuple[object, CandidateSet]] = OrderedDict()
+
+
+def _memo_set(owner: object, pairs: Iterable[Pair]) -> CandidateSet:
+    """The :class:`CandidateSet` of ``owner`` (a table or a tuple of pairs), built once while memoised.
+
+    Keyed by ``id(owner)``; the entry holds ``owner`` itself, so while it lives no other object can have
+    that id, and the ``is`` check makes a stale id harmless anyway.
+    """
+    entry = _SETS.get(id(owner))
+    if entry is not None and entry[0] is owner:
+        _SETS.move_to_end(id(owner))
+        return entry[1]
+    built = CandidateSet(pairs)
+    _SETS[id(owner)] = (owner, built)
+    if len(_SETS) > CANDIDATE_SET_MEMO:
+        _SETS.popitem(last=False)
+    return built
+
+
+def _candidate_set(pairs: Iterable[Pair] | CandidateSet) -> CandidateSet:
+    if isinstance(pairs, CandidateSet):
+        return pairs
+    if isinstance(pairs, tuple):  # immutable (and Pair is frozen): safe to memoise by identity
+        return _memo_set(pairs, pairs)
+    return CandidateSet(pairs)
+
+
+def candidate_set_for_table(table: RoutingTable) -> CandidateSet:
+    """The memoised :class:`CandidateSet` of ``table``'s pairs (tables are immutable)."""
+    return _memo_set(table, table.pairs)
 
 
 def compute_pair_weights(
@@ -231,6 +350,14 @@ def compute_pair_weights(
 
 
 # --- bounded-load walk ---------------------------------------------------------------------------
+
+
+ENGINE_METRIC_RUNNING: Final = em.RUNNING
+"""The vLLM gauge a :class:`PairLoad`'s ``in_flight`` is read from (requests in execution batches)."""
+ENGINE_METRIC_WAITING: Final = em.WAITING
+"""The vLLM gauge ``queued`` is read from (requests waiting to be scheduled)."""
+ENGINE_METRIC_KV_USAGE: Final = em.KV_USAGE
+"""The vLLM gauge ``kv_utilization_percent`` is read from (0-1; 1 means 100 percent)."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +422,8 @@ class SkipReason(StrEnum):
     IN_FLIGHT_LIMIT = "InFlightLimit"
     QUEUE_LIMIT = "QueueLimit"
     KV_LIMIT = "KvLimit"
+    EXCLUDED = "Excluded"
+    """The caller excluded the pair (it already tried it in this request; see *Exclusion*)."""
 
 
 @dataclass(frozen=True)
@@ -348,20 +477,44 @@ def full_reason(load: PairLoad, admission: Admission | None) -> SkipReason | Non
     return None
 
 
-def select(key: int, pairs: Iterable[Pair], loads: Mapping[str, PairLoad], bound: WalkBound) -> RouteDecision:
+def select(
+    key: int,
+    pairs: Iterable[Pair] | CandidateSet,
+    loads: Mapping[str, PairLoad],
+    bound: WalkBound,
+    *,
+    exclude: Collection[str] = (),
+) -> RouteDecision:
     """The bounded-load walk over :func:`candidates` (formula and example in the module docstring).
 
-    ``loads`` maps pair id → snapshot; a pair missing from it counts as idle.
+    ``loads`` maps pair id → snapshot; a pair missing from it counts as idle. ``exclude`` names pairs the
+    caller already tried in this request (see *Exclusion*). ``pairs`` may be a :class:`CandidateSet` (or
+    a tuple, memoised as one) so repeated walks over the same pairs skip the precomputation.
     """
-    order = candidates(key, pairs)
-    if not order:
+    cset = _candidate_set(pairs)
+    if not cset.pairs:
         return RouteDecision(Outcome.REJECTED, None, 0, (), STATUS_NO_CANDIDATES)
-    total_load = sum(loads.get(p.id, NO_LOAD).load for p in order)
-    total_weight = sum(p.weight for p in order)
+    order = cset.order(key, bound.max_walk)
+    total_load = 0
+    if len(loads) < len(cset.ids):
+        ids = cset.id_set
+        for pid, pl in loads.items():
+            if pid in ids:
+                total_load += pl.in_flight + pl.queued
+    else:
+        get = loads.get
+        for pid in cset.ids:
+            found = get(pid)
+            if found is not None:
+                total_load += found.in_flight + found.queued
+    total_weight = cset.total_weight
     skips: list[Skip] = []
     fallback: Pair | None = None
     fallback_load = 0
-    for tried, pair in enumerate(order[: bound.max_walk], start=1):
+    for tried, pair in enumerate(order, start=1):
+        if exclude and pair.id in exclude:
+            skips.append(Skip(pair.id, SkipReason.EXCLUDED))
+            continue
         load = loads.get(pair.id, NO_LOAD)
         reason = full_reason(load, bound.admission)
         if reason is None:
@@ -372,16 +525,32 @@ def select(key: int, pairs: Iterable[Pair], loads: Mapping[str, PairLoad], bound
             if fallback is None or load.load < fallback_load:
                 fallback, fallback_load = pair, load.load
         skips.append(Skip(pair.id, reason))
-    walked = min(bound.max_walk, len(order))
+    walked = len(order)
     if fallback is not None:
         return RouteDecision(Outcome.QUEUED, fallback, walked, tuple(skips))
     status = bound.admission.reject_status if bound.admission is not None else STATUS_NO_CANDIDATES
     return RouteDecision(Outcome.REJECTED, None, walked, tuple(skips), status)
 
 
-def select_for_table(table: RoutingTable, key: int, loads: Mapping[str, PairLoad]) -> RouteDecision:
-    """:func:`select` with the table's pairs, load bound, walk limit and admission."""
-    return select(key, table.pairs, loads, WalkBound.from_table(table))
+_BOUNDS: OrderedDict[int, tuple[RoutingTable, WalkBound]] = OrderedDict()
+
+
+def _bound_for_table(table: RoutingTable) -> WalkBound:
+    entry = _BOUNDS.get(id(table))
+    if entry is not None and entry[0] is table:
+        return entry[1]
+    bound = WalkBound.from_table(table)
+    _BOUNDS[id(table)] = (table, bound)
+    if len(_BOUNDS) > CANDIDATE_SET_MEMO:
+        _BOUNDS.popitem(last=False)
+    return bound
+
+
+def select_for_table(
+    table: RoutingTable, key: int, loads: Mapping[str, PairLoad], *, exclude: Collection[str] = ()
+) -> RouteDecision:
+    """:func:`select` with the table's pairs, load bound, walk limit and admission (memoised per table)."""
+    return select(key, candidate_set_for_table(table), loads, _bound_for_table(table), exclude=exclude)
 
 
 def plan_route(

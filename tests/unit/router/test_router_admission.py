@@ -1,11 +1,11 @@
-"""The router's own load view: pair counts the algorithm reads, instance choice inside a pair."""
+"""The router's load view: own pair counts joined with the engine view, instance choice inside a pair."""
 
 from __future__ import annotations
 
 import pytest
 
 from tandem.router.admission import Loads
-from tandem.routing import NO_LOAD, Endpoint, PairLoad
+from tandem.routing import Endpoint, PairLoad
 from tests.unit.routing.routing_factories import make_table
 
 pytestmark = pytest.mark.unit
@@ -15,10 +15,9 @@ def test_loads_count_holds_per_pair_and_release_them() -> None:
     table = make_table("speed").pairs(2).obj()
     loads = Loads()
     with loads.hold_pair(table, "speed-p0"), loads.hold_pair(table, "speed-p0"):
-        assert loads.for_table(table) == {"speed-p0": PairLoad(in_flight=2), "speed-p1": NO_LOAD}
-        full = PairLoad(in_flight=table.admission.max_in_flight)
-        assert loads.for_table(table, {"speed-p1": full})["speed-p1"] == full
-    assert loads.for_table(table) == {"speed-p0": NO_LOAD, "speed-p1": NO_LOAD}
+        assert loads.for_table(table) == {"speed-p0": PairLoad(in_flight=2)}  # speed-p1 absent: idle
+    assert loads.for_table(table) == {}
+    assert loads.pair_in_flight(table, "speed-p0") == 0
 
 
 def test_loads_keep_pools_of_other_namespaces_apart() -> None:
@@ -26,7 +25,37 @@ def test_loads_keep_pools_of_other_namespaces_apart() -> None:
     b = make_table("speed").namespace("other").pairs(1).obj()
     loads = Loads()
     with loads.hold_pair(a, "speed-p0"):
-        assert loads.for_table(b) == {"speed-p0": NO_LOAD}
+        assert loads.for_table(b) == {}
+        assert loads.for_table(a) == {"speed-p0": PairLoad(in_flight=1)}
+
+
+@pytest.mark.parametrize(
+    ("own", "engine", "want"),
+    [
+        pytest.param(0, None, None, id="idle, no engine view: absent"),
+        pytest.param(2, None, PairLoad(in_flight=2), id="own counts only"),
+        pytest.param(0, PairLoad(in_flight=5, queued=1), PairLoad(in_flight=5, queued=1), id="engine view only"),
+        pytest.param(
+            3,
+            PairLoad(in_flight=1, queued=2, kv_utilization_percent=97.0),
+            PairLoad(in_flight=3, queued=2, kv_utilization_percent=97.0),
+            id="field-wise maximum: own in flight, engine queue and KV",
+        ),
+        pytest.param(
+            2, PairLoad(in_flight=6), PairLoad(in_flight=6), id="engines see other replicas' requests: theirs wins"
+        ),
+    ],
+)
+def test_loads_join_own_counts_with_the_engine_view(own: int, engine: PairLoad | None, want: PairLoad | None) -> None:
+    table = make_table("speed").pairs(2).obj()
+    loads = Loads()
+    holds = [loads.hold_pair(table, "speed-p0") for _ in range(own)]
+    for hold in holds:
+        hold.__enter__()
+    view = {} if engine is None else {"speed-p0": engine}
+    assert loads.for_table(table, view).get("speed-p0") == want
+    for hold in holds:
+        hold.__exit__(None, None, None)
 
 
 @pytest.mark.parametrize(
