@@ -36,6 +36,7 @@ from tandem import GROUP, VERSION
 from tandem.adapters.kube import WRITES, RealKube, load_config
 from tandem.adapters.lease import KubeLeaseStore
 from tandem.adapters.prometheus import PrometheusProvider
+from tandem.adapters.routerstreams import RouterStreamsReader
 from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POOL, MANAGED_BY
 from tandem.core.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S, LeaseTimings
 from tandem.leader_election import HealthServer, LeaderElector
@@ -90,6 +91,8 @@ class OperatorConfig:
     """Registries snapshot images must come from (the chart passes admissionPolicies.imageRegistries.allowed)."""
     prometheus_allowed_addresses: list[str] = field(default_factory=list)
     """https Prometheus addresses a pool may name and still get the credentials (besides --prometheus-url)."""
+    router_service: str = ""
+    """``namespace/name`` of the router Service whose replicas report open streams ("" : drains are timers)."""
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -103,6 +106,7 @@ class OperatorConfig:
             max_concurrent_passes=int(os.environ.get("TANDEM_MAX_CONCURRENT_PASSES", "8")),
             allowed_registries=_env_list("TANDEM_ALLOWED_REGISTRIES"),
             prometheus_allowed_addresses=_env_list("TANDEM_PROMETHEUS_ALLOWED_ADDRESSES"),
+            router_service=os.environ.get("TANDEM_ROUTER_SERVICE", ""),
         )
 
 
@@ -181,6 +185,7 @@ class Runtime:
     wakeups: Wakeups = field(default_factory=Wakeups)
     last_pass: float = field(default_factory=time.monotonic)
     metrics: Metrics | None = None
+    router_streams: RouterStreamsReader | None = None
     memory: dict[tuple[str, str], PoolMemory] = field(default_factory=dict)
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     started: bool = False
@@ -246,6 +251,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     RUNTIME.kube = RealKube(load_config(RUNTIME.config.kubeconfig), may_write=lambda: RUNTIME.is_leader())  # noqa: PLW0108 late-bound
     RUNTIME.loop = asyncio.get_running_loop()
     RUNTIME.metrics = build_metrics(RUNTIME.config)
+    if RUNTIME.config.router_service:
+        RUNTIME.router_streams = RouterStreamsReader(RUNTIME.kube.api_client, RUNTIME.config.router_service)
     RUNTIME.wakeups = Wakeups()
     RUNTIME.placement_lock = asyncio.Lock()
     RUNTIME.pass_slots = asyncio.Semaphore(max(1, RUNTIME.config.max_concurrent_passes))
@@ -367,6 +374,7 @@ async def _one_pass(namespace: str, name: str, failures: int) -> tuple[float, in
                 placement_lock=RUNTIME.placement_lock,
                 peer_namespaces=RUNTIME.config.namespaces,
                 allowed_registries=RUNTIME.config.allowed_registries,
+                router_streams=RUNTIME.router_streams,
             )
         failures = 0 if not result.error or result.conflict else failures + 1
     except Exception:  # a bug in one pool must not take down the others (OP-06)
@@ -461,6 +469,13 @@ def register(subparsers: Any) -> None:
         help="https Prometheus address a pool's analysis.prometheusAddress may name and still get the "
         "credentials (repeatable; --prometheus-url always may)",
     )
+    run.add_argument(
+        "--router-service",
+        default=os.environ.get("TANDEM_ROUTER_SERVICE", ""),
+        metavar="NAMESPACE/NAME",
+        help="the router Service: its replicas' open-streams reports end drains early (default: none, "
+        "drains last drainTimeout; env TANDEM_ROUTER_SERVICE)",
+    )
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
     run.set_defaults(func=run_operator)
@@ -498,6 +513,7 @@ def run_operator(args: argparse.Namespace) -> int:
         max_concurrent_passes=args.max_concurrent_passes,
         allowed_registries=list(args.allowed_registry),
         prometheus_allowed_addresses=list(args.prometheus_allowed_address),
+        router_service=args.router_service,
     )
     try:
         timings = LeaseTimings(args.lease_duration, args.renew_deadline, args.retry_period)
