@@ -361,6 +361,7 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
             await kube.create(build_revision_configmap(name, ns, uid, rev, plan.revisions[rev]))
         writes += 1
     for delete in plan.deletes:
+        log.info("pool %s/%s: deleting pod %s: %s", ns, name, delete.name, delete.reason)
         await kube.delete_pod(ns, delete.name, delete.uid)
         writes += 1
     for relabel in plan.relabels:
