@@ -11,7 +11,10 @@ import pytest
 from kubernetes import client
 
 from tandem.adapters.routerstreams import RouterStreamsReader, replica_urls
+from tandem.core.drains import RouterStreams
+from tandem.reconcile.pool import observe_router_streams
 from tandem.routing.streams import PoolStreams, StreamsReport
+from tests.support.factories import World, make_nodes, make_pool
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +99,32 @@ def test_reader_turns_a_listing_failure_into_a_problem() -> None:
 def test_reader_needs_namespace_and_name() -> None:
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
         RouterStreamsReader(client.ApiClient(), "tandem-router")
+
+
+class _CountingReader:
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def read(self, now: datetime) -> RouterStreams:
+        self.reads += 1
+        return RouterStreams(read_at=now)
+
+
+@pytest.mark.parametrize(
+    ("draining", "configured", "reads"),
+    [
+        pytest.param(True, True, 1, id="a pair drains: read"),
+        pytest.param(False, True, 0, id="nothing drains: no request at all"),
+        pytest.param(True, False, 0, id="no --router-service: timer only"),
+    ],
+)
+def test_observe_reads_the_routers_only_while_a_pair_drains(draining: bool, configured: bool, reads: int) -> None:
+    world = World(make_pool().pairs(2).obj(), make_nodes(2))
+    world.run_until(lambda w: w.ready_pairs() == 2)
+    if draining:
+        world.set_spec(make_pool().pairs(1))
+        world.tick()
+    reader = _CountingReader()
+    snapshot = asyncio.run(observe_router_streams(world.snapshot(), reader if configured else None))  # type: ignore[arg-type]
+    assert reader.reads == reads
+    assert (snapshot.router_streams is not None) == bool(reads)
