@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tandem.dev.kube import Kubectl
-from tests.cluster.chart_fixtures import ChartInstall, delete_namespaces, install_chart
+from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, delete_namespaces, install_chart
 
 if TYPE_CHECKING:
     from conftest import DevCluster
@@ -108,3 +108,21 @@ def test_router_can_i_list_is_configmap_reads_beyond_any_serviceaccount(chart: C
     assert can_i_rows(chart.kube, router_user(chart), chart.namespace) == can_i_rows(
         chart.kube, f"system:serviceaccount:{chart.namespace}:default", chart.namespace
     )
+
+
+def test_operator_may_list_the_router_endpointslices_and_nothing_more_for_them(chart: ChartInstall) -> None:
+    """With the router on, the operator finds the router replicas (their open-streams reports end drains)
+    by listing EndpointSlices in the release namespace: list only, there only, and it is told which Service."""
+    extra = can_i_rows(chart.kube, OPERATOR_USER, chart.namespace) - can_i_rows(
+        chart.kube, f"system:serviceaccount:{chart.namespace}:default", chart.namespace
+    )
+    assert {row for row in extra if row.startswith("endpointslices")} == {
+        "endpointslices.discovery.k8s.io [] [] [list]"
+    }
+    for ns in (chart.serving[0], "default"):
+        rows = can_i_rows(chart.kube, OPERATOR_USER, ns)
+        assert not any(row.startswith("endpointslices") for row in rows), ns
+    deploy = chart.kube.get("deployment", chart.release, namespace=chart.namespace)
+    assert deploy is not None
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--router-service={chart.namespace}/{ROUTER}" in args

@@ -125,6 +125,8 @@ class World:
     revisions: dict[str, Any] = field(default_factory=dict)
     never_ready: set[str] = field(default_factory=set)
     allowed_registries: tuple[str, ...] = ()
+    router_streams: Any = None
+    """What the routers report this pass (`tandem.core.drains.RouterStreams`, or None: not configured)."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -135,6 +137,7 @@ class World:
             routing=self.routing,
             revisions=dict(self.revisions),
             allowed_registries=self.allowed_registries,
+            router_streams=self.router_streams,
         )
 
     def tick(self, seconds: float = 5.0) -> Plan:

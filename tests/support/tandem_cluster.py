@@ -13,6 +13,7 @@ What it owns (fixtures are registered by the root conftest through tests/support
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import signal
@@ -32,6 +33,15 @@ REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / ".logs"
 NODE_LABEL = "tandem.dev/test-nodes"
 T = TypeVar("T")
+# Loopback pod CIDRs: one /24 per node from 127.64.0.0 up (127.0.0.0/16, where the control plane listens,
+# is never used). Linux routes all of 127.0.0.0/8 to `lo`, so a test process can listen on any pod address.
+_LOOPBACK_CIDRS = itertools.count()
+
+
+def next_loopback_cidr() -> str:
+    """A fresh 127.x.y.0/24 for one node's pods (unique within this test session)."""
+    n = next(_LOOPBACK_CIDRS)
+    return f"127.{64 + n // 256}.{n % 256}.0/24"
 
 
 def wait_until(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0, interval_s: float = 0.5) -> T:
@@ -73,7 +83,16 @@ class GpuNodes:
     def selector(self) -> dict[str, str]:
         return {NODE_LABEL: self.group}
 
-    def add(self, count: int, *, gpus: int = 8, zones: tuple[str, ...] = ("zone-a", "zone-b")) -> list[str]:
+    def add(
+        self,
+        count: int,
+        *,
+        gpus: int = 8,
+        zones: tuple[str, ...] = ("zone-a", "zone-b"),
+        loopback_pods: bool = False,
+    ) -> list[str]:
+        """Create ``count`` nodes; ``loopback_pods``: each gets a loopback pod CIDR (``next_loopback_cidr``),
+        so the addresses KWOK gives their pods can be served by local processes (engine doubles)."""
         specs = []
         for i in range(len(self.names), len(self.names) + count):
             name = f"n{self.group}-{i}"
@@ -85,6 +104,7 @@ class GpuNodes:
                     zone=zone,
                     rack=f"{zone}-rack-{i // 4}",
                     extra_labels=((NODE_LABEL, self.group),),
+                    pod_cidr=next_loopback_cidr() if loopback_pods else "",
                 )
             )
         # Create in chunks: one kubectl call per 100 nodes keeps each request small.

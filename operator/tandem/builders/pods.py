@@ -14,6 +14,7 @@ What goes in (integration.md names, vLLM 0.33):
 - env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` and
   `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
   prefill, `MOONCAKE_CONFIG_PATH` when a cache is wired, the weights token as a file.
+- termination grace: `drainTimeout` + a margin (`termination_grace_s`).
 - GPUs as `limits` (= requests) of the pool's GPU resource; probes on vLLM's `/health`; PSS baseline
   (no privilege, no host namespaces, RuntimeDefault seccomp; `IPC_LOCK` only with an RDMA resource).
 - Placement: a required node affinity on the node the planner chose; without one, a required pod
@@ -23,6 +24,7 @@ What goes in (integration.md names, vLLM 0.33):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,11 @@ MODEL_CACHE_DIR = "/models-cache"
 DEFAULT_CPU_PER_GPU = 8
 DEFAULT_MEMORY_GI_PER_GPU = 64
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+DEFAULT_DRAIN_TIMEOUT_S = 120.0
+"""The API's default ``spec.pairs.drainTimeout`` (for callers that build a pod without a pool)."""
+TERMINATION_MARGIN_S = 15
+"""Seconds beyond ``drainTimeout`` an engine gets after SIGTERM: vLLM stops accepting, lets open requests
+finish, then frees the GPU and its KV-transfer agent; the margin covers that last part."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,20 @@ class InstanceParams:
     spec: RevisionSpec
     node: str | None = None
     cache_name: str | None = None
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    """The pool's ``spec.pairs.drainTimeout`` when the pod is built (sets its termination grace)."""
+
+
+def termination_grace_s(drain_timeout_s: float) -> int:
+    """``terminationGracePeriodSeconds`` of an engine pod: ``drainTimeout`` plus :data:`TERMINATION_MARGIN_S`.
+
+    Why tied to drainTimeout: the operator itself deletes a serving pair only after draining it, so its pods
+    get SIGTERM with no stream open; a pod stopped by anything else (an eviction, a node drain, a
+    ``kubectl delete``) gets as long as a drain would have given its open streams before SIGKILL. No preStop
+    hook: a terminating pod makes its pair not Ready, the operator takes it out of the table at once, and a
+    router that still sends a prefill there gets a refused connection and walks on (no client error).
+    """
+    return math.ceil(max(0.0, drain_timeout_s)) + TERMINATION_MARGIN_S
 
 
 def model_location(source: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -315,7 +336,7 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": termination_grace_s(params.drain_timeout_s),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [t.wire() for t in spec.placement.tolerations],
     }

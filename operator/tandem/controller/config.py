@@ -7,8 +7,8 @@ defaults from :meth:`OperatorConfig.from_env`, which reads the environment over 
 the chart passes a flag only when a value is set.
 
 Environment: TANDEM_NAMESPACES, TANDEM_PROMETHEUS_URL, TANDEM_PROMETHEUS_AUTH_DIR, TANDEM_SCRAPE_INTERVAL,
-TANDEM_MAX_CONCURRENT_PASSES, TANDEM_ALLOWED_REGISTRIES and TANDEM_PROMETHEUS_ALLOWED_ADDRESSES (comma
-lists), KUBECONFIG.
+TANDEM_MAX_CONCURRENT_PASSES, TANDEM_ROUTER_SERVICE, TANDEM_ALLOWED_REGISTRIES and
+TANDEM_PROMETHEUS_ALLOWED_ADDRESSES (comma lists), KUBECONFIG.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class OperatorConfig:
     """Registries snapshot images must come from (the chart passes admissionPolicies.imageRegistries.allowed)."""
     prometheus_allowed_addresses: list[str] = field(default_factory=list)
     """https Prometheus addresses a pool may name and still get the credentials (besides --prometheus-url)."""
+    router_service: str = ""
+    """``namespace/name`` of the router Service whose replicas report open streams ("" : drains are timers)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -56,4 +58,5 @@ class OperatorConfig:
             max_concurrent_passes=int(env.get("TANDEM_MAX_CONCURRENT_PASSES") or DEFAULT_MAX_CONCURRENT_PASSES),
             allowed_registries=env_list("TANDEM_ALLOWED_REGISTRIES", env),
             prometheus_allowed_addresses=env_list("TANDEM_PROMETHEUS_ALLOWED_ADDRESSES", env),
+            router_service=env.get("TANDEM_ROUTER_SERVICE", ""),
         )

@@ -99,6 +99,13 @@ def register(subparsers: Any) -> None:
         help="https Prometheus address a pool's analysis.prometheusAddress may name and still get the "
         "credentials (repeatable; --prometheus-url always may)",
     )
+    run.add_argument(
+        "--router-service",
+        default=env.router_service,
+        metavar="NAMESPACE/NAME",
+        help="the router Service: its replicas' open-streams reports end drains early (default: none, "
+        "drains last drainTimeout; env TANDEM_ROUTER_SERVICE)",
+    )
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
     run.set_defaults(func=run_operator)
@@ -127,6 +134,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         max_concurrent_passes=args.max_concurrent_passes,
         allowed_registries=list(args.allowed_registry),
         prometheus_allowed_addresses=list(args.prometheus_allowed_address),
+        router_service=args.router_service,
     )
 
 

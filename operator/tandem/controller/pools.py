@@ -21,6 +21,7 @@ import kopf
 
 from tandem import GROUP, VERSION
 from tandem.adapters.kube import RealKube, load_config
+from tandem.adapters.routerstreams import RouterStreamsReader
 from tandem.api.labels import COMPONENT_ENGINE, FINALIZER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_POOL, MANAGED_BY
 from tandem.controller import metrics as m
 from tandem.controller.config import OperatorConfig
@@ -64,6 +65,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     runtime.kube = RealKube(load_config(config.kubeconfig), may_write=lambda: runtime.is_leader())  # noqa: PLW0108 late-bound
     runtime.loop = asyncio.get_running_loop()
     runtime.metrics = build_metrics(config)
+    if config.router_service:
+        runtime.router_streams = RouterStreamsReader(runtime.kube.api_client, config.router_service)
     runtime.wakeups = Wakeups()
     runtime.caches = CacheState()
     runtime.placement_lock = asyncio.Lock()
@@ -192,6 +195,7 @@ async def one_pass(runtime: Runtime, namespace: str, name: str, failures: int) -
                 placement_lock=runtime.placement_lock,
                 peer_namespaces=runtime.config.namespaces,
                 allowed_registries=runtime.config.allowed_registries,
+                router_streams=runtime.router_streams,
             )
         failures = 0 if not result.error or result.conflict else failures + 1
     except Exception:  # a bug in one pool must not take down the others (OP-06)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tandem.adapters.kube import RealKube
 from tandem.adapters.prometheus import PrometheusProvider
+from tandem.adapters.routerstreams import RouterStreamsReader
 from tandem.controller.config import OperatorConfig
 from tandem.reconcile.pool import Metrics, PoolMemory
 
@@ -114,6 +115,8 @@ class Runtime:
     caches: CacheState = field(default_factory=CacheState)
     last_pass: float = field(default_factory=time.monotonic)
     metrics: Metrics | None = None
+    router_streams: RouterStreamsReader | None = None
+    """Reads the routers' open-streams reports while a pair drains (None: drains last drainTimeout)."""
     memory: dict[tuple[str, str], PoolMemory] = field(default_factory=dict)
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     started: bool = False

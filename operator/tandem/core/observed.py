@@ -20,6 +20,7 @@ from tandem.api.quantity import parse_quantity
 from tandem.api.resources import InferencePool
 from tandem.api.revision import CacheWiring, RevisionSpec
 from tandem.core.autoscale import AutoscaleState, MetricsSnapshot, RatioState
+from tandem.core.drains import RouterStreams
 from tandem.routing.table import RoutingTable
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
@@ -156,6 +157,8 @@ class Snapshot:
     """The operator's image registry allow-list (``--allowed-registry``); empty: digest pinning only."""
     prometheus_problem: str = ""
     """Why this pool's analysis.prometheusAddress gets no credentials ("" when it does or is unset)."""
+    router_streams: RouterStreams | None = None
+    """The router replicas' open-streams reports, read this pass (None: not configured, or no pair drains)."""
 
 
 # --- parsing raw objects -------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from tandem.core.autoscale import (
     compute_role_ratio,
     equivalent_pairs,
 )
+from tandem.core.drains import DRAIN_POLL_SECONDS, streams_closed
 from tandem.core.integrity import (
     CONDITION_HOLD,
     DrainRecord,
@@ -222,7 +223,8 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     revisions[desired] = desired_spec
     pairs = group_pairs(name, snapshot.pods, revisions, snapshot.routing)
     published = snapshot.routing.fingerprint() if snapshot.routing is not None else None
-    pairs, changed_drains = _vet_drains(pairs, table_is_own(published, old_status.routing.fingerprint), now)
+    own_table = table_is_own(published, old_status.routing.fingerprint)
+    pairs, changed_drains = _vet_drains(pairs, own_table, now)
     if (found := drain_finding(changed_drains)) is not None:
         findings.append(found)
     stable = old_status.revisions.stable.name if old_status.revisions.stable else infer_stable(pairs, desired)
@@ -261,7 +263,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     # 2.-4. pair actions
     actions = _PairActions(snapshot, pairs, revisions, targets, now)
     actions.held = vetted.held
-    actions.finish_drains()
+    actions.finish_drains(own_table)
     actions.repair()
     actions.converge()
     events.extend(actions.events)
@@ -512,15 +514,32 @@ class _PairActions:
         self.next_wake: list[float] = []
 
     # -- step 2: finished drains
-    def finish_drains(self) -> None:
+    def finish_drains(self, own_table: bool) -> None:
+        """Delete a draining pair when ``drainTimeout`` passed, or earlier when every router replica reports
+        no open stream on it (`tandem.core.drains.streams_closed`: unknown never counts as closed)."""
+        streams = self.snapshot.router_streams
+        pool_key = f"{self.snapshot.pool.metadata.namespace}/{self.pool}"
         for pair in self.pairs:
             if pair.draining_since is None:
                 continue
             due = pair.draining_since + timedelta(seconds=self.drain_timeout)
             if self.now >= due:
-                self._delete_pair(pair, "drain finished")
-            else:
-                self.next_wake.append((due - self.now).total_seconds())
+                self._delete_pair(pair, "drain finished (drainTimeout passed)")
+                continue
+            closed, _why = streams_closed(
+                streams,
+                pool_key=pool_key,
+                pair_id=pair.id,
+                table=self.snapshot.routing,
+                own_table=own_table,
+                draining_since=pair.draining_since,
+            )
+            if closed:
+                self._delete_pair(pair, "drain finished (routers report no open stream)")
+                continue
+            self.next_wake.append((due - self.now).total_seconds())
+            if streams is not None:  # the routers report: look again soon rather than at the deadline
+                self.next_wake.append(DRAIN_POLL_SECONDS)
 
     # -- step 3: broken pairs
     def repair(self) -> None:

@@ -161,6 +161,9 @@ class NodeSpec:
     kubelet_version: str = DEFAULT_KUBELET_VERSION
     internal_ip: str = ""  # fake, never dialled; pods' hostIP comes from it
     extra_labels: tuple[tuple[str, str], ...] = ()
+    pod_cidr: str = ""
+    """``spec.podCIDR``: KWOK gives the node's pods addresses from it (empty: kwok-controller's default CIDR).
+    A range inside 127.0.0.0/8 makes every pod address a loopback address a local process can listen on."""
 
 
 def product(name: str) -> GpuProduct:
@@ -250,7 +253,7 @@ def build_gpu_node(spec: NodeSpec) -> dict[str, Any]:
             "labels": labels,
             "annotations": {ANNOTATION_KWOK_NODE: "fake", ANNOTATION_NODE_TTL: "0"},
         },
-        "spec": {},
+        "spec": {"podCIDR": spec.pod_cidr, "podCIDRs": [spec.pod_cidr]} if spec.pod_cidr else {},
         "status": {
             "addresses": addresses,
             "capacity": capacity,

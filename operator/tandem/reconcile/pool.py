@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from tandem.adapters.kube import Conflict, Forbidden, Invalid, KubeApi, KubeError, NotFound, Throttled
 from tandem.adapters.prometheus import GateTarget, MetricsProvider, evaluate_metric_gates
+from tandem.adapters.routerstreams import RouterStreamsReader
 from tandem.api.labels import (
     COMPONENT_ENGINE,
     COMPONENT_REVISION,
@@ -62,6 +63,7 @@ from tandem.core import conditions as c
 from tandem.core.analysisplan import AnalysisRequest, analysis_request
 from tandem.core.autoscale import AutoscaleState, RatioState
 from tandem.core.cachewiring import wiring_from_cache
+from tandem.core.drains import wants_reports
 from tandem.core.gates import REASON_METRICS_UNAVAILABLE, VERDICT_ERROR
 from tandem.core.integrity import credentials_problem, image_allowed
 from tandem.core.observed import EvalJobView, ObservedPod, Snapshot, parse_eval_job, parse_node, parse_pod
@@ -323,6 +325,14 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
     )
 
 
+async def observe_router_streams(snapshot: Snapshot, reader: RouterStreamsReader | None) -> Snapshot:
+    """The routers' open-streams reports, read only while the published table drains a pair (no reader:
+    the operator was not told where the routers are, and drains end on ``drainTimeout`` alone)."""
+    if reader is None or not wants_reports(snapshot.routing):
+        return snapshot
+    return dataclasses.replace(snapshot, router_streams=await reader.read(snapshot.now))
+
+
 async def observe_cache(kube: KubeApi, pool: InferencePool) -> tuple[CacheWiring | None, str | None]:
     """The pool's MooncakeCache wiring (from the cache's status) and, if any, why it is degraded."""
     ref = pool.spec.kv_cache.mooncake_ref
@@ -351,6 +361,7 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
             await kube.create(build_revision_configmap(name, ns, uid, rev, plan.revisions[rev]))
         writes += 1
     for delete in plan.deletes:
+        log.info("pool %s/%s: deleting pod %s: %s", ns, name, delete.name, delete.reason)
         await kube.delete_pod(ns, delete.name, delete.uid)
         writes += 1
     for relabel in plan.relabels:
@@ -385,6 +396,7 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
                 spec=spec,
                 node=create.node,
                 cache_name=cache_name,
+                drain_timeout_s=parse_duration(pool.spec.pairs.drain_timeout),
             )
         )
         try:
@@ -531,6 +543,7 @@ async def reconcile_pool(
     placement_lock: asyncio.Lock | None = None,
     peer_namespaces: Sequence[str] = (),
     allowed_registries: Sequence[str] = (),
+    router_streams: RouterStreamsReader | None = None,
 ) -> PassResult:
     """One full pass; never raises for API errors (they become a condition and a backoff).
 
@@ -550,6 +563,7 @@ async def reconcile_pool(
             return PassResult(requeue_after=None, duration=time.monotonic() - started)
         snapshot = await observe_rollout(kube, snapshot, metrics)
         snapshot = await observe_scaling(snapshot, metrics, memory)
+        snapshot = await observe_router_streams(snapshot, router_streams)
     except NotFound:
         return PassResult(requeue_after=None, duration=time.monotonic() - started)
     except ValidationError as exc:

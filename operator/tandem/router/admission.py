@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from tandem.routing import Endpoint, PairLoad, RoutingTable
 
@@ -42,6 +43,9 @@ class Loads:
         self._by_table: dict[tuple[str, str], dict[str, int]] = {}
         """The same counts grouped per table, so a decision reads only the loaded pairs."""
         self._instances: dict[str, int] = {}
+        self._tables: dict[tuple[str, str, int], int] = {}
+        """Holds per (namespace, pool, ``id`` of the table object the request walks): a request whose table
+        is no longer live may still pick any pair of that older table (see ``tandem.router.drainreport``)."""
 
     def for_table(self, table: RoutingTable, engine: Mapping[str, PairLoad] | None = None) -> dict[str, PairLoad]:
         """``pair id → PairLoad`` for ``table``'s loaded pairs (a pair absent is idle, as the algorithm reads
@@ -64,10 +68,14 @@ class Loads:
     def hold_pair(self, table: RoutingTable, pair_id: str) -> Iterator[None]:
         key = (table.namespace, table.pool, pair_id)
         group = self._by_table.setdefault((table.namespace, table.pool), {})
+        # id() is safe as a key: the held table object stays referenced (by the request) while held.
+        by_table = (table.namespace, table.pool, id(table))
         self._pairs[key] = group[pair_id] = self._pairs.get(key, 0) + 1
+        self._tables[by_table] = self._tables.get(by_table, 0) + 1
         try:
             yield
         finally:
+            _decrement(self._tables, by_table)
             left = self._pairs[key] - 1
             if left:
                 self._pairs[key] = group[pair_id] = left
@@ -76,6 +84,14 @@ class Loads:
                 del group[pair_id]
                 if not group:
                     self._by_table.pop((table.namespace, table.pool), None)
+
+    def open_streams(self) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, int], int]]:
+        """Copies of (holds per pair, holds per table object), for the drain report.
+
+        ``dict(d)`` of a plain dict is one C call under the GIL, so the health thread may take the copies
+        while the event loop changes the counts.
+        """
+        return dict(self._pairs), dict(self._tables)
 
     @contextmanager
     def hold_instance(self, address: str) -> Iterator[None]:
@@ -100,3 +116,11 @@ class Loads:
             if best is None or n < best_n:
                 best, best_n = endpoint.address, n
         return best
+
+
+def _decrement(counts: dict[Any, int], key: Any) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tandem.router.admission import Loads
+from tandem.router.drainreport import add_streams_route
 from tandem.router.metrics import HealthListener, RouterMetrics, build_health_app
 from tandem.router.proxy import Router, RouterConfig
 from tandem.router.tables import TableSource, TableStore
@@ -63,11 +65,14 @@ async def start_router(
     metrics = RouterMetrics(store)
     for source in sources:
         source.load_once(store)
+    loads = Loads()
     health: HealthListener | None = None
     if metrics_port is not None:
-        health = HealthListener(build_health_app(metrics, store), metrics_host, metrics_port)
+        app = build_health_app(metrics, store)
+        add_streams_route(app, store, loads)  # the operator's drain loop reads it (tandem.core.drains)
+        health = HealthListener(app, metrics_host, metrics_port)
         health.start()
-    router = Router(store, metrics, config)
+    router = Router(store, metrics, config, loads)
     scraping = router.config.scrape_interval_s > 0
     if scraping:
         # One round before serving (bounded by the scrape timeout): admission starts with an engine view.

@@ -206,8 +206,8 @@ class Pair(_Wire):
     """Decode instances of the pair."""
     draining_since: Annotated[str, Field(max_length=40)] | None = None
     """RFC 3339 time the pair was marked draining (set only in state draining). The operator deletes the
-    pair when ``drainTimeout`` has passed since this time: it is a timer, because nothing reports a pair's
-    open streams to the operator yet (routers will). Keeping the time here lets a restarted operator
+    pair when every router replica reports no open stream on it (``tandem.routing.streams``), and at the
+    latest when ``drainTimeout`` has passed since this time. Keeping the time here lets a restarted operator
     resume the same drain instead of starting a new one."""
     kv_transfer: KvTransfer | None = Field(default=None, exclude_if=_unset)
     """KV-transfer protocol of the pair; unset (tables published before this field) means NixlConnector

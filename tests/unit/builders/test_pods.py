@@ -90,3 +90,28 @@ def test_kv_load_failure_policy_stays_top_level_where_the_scheduler_reads_it() -
     config = kv_transfer_config(revision_spec(pool.obj().spec, CacheWiring()), "decode")
     assert config["kv_load_failure_policy"] == "recompute"
     assert all("kv_load_failure_policy" not in c for c in config["kv_connector_extra_config"]["connectors"])
+
+
+@pytest.mark.parametrize(
+    ("drain_timeout_s", "grace"),
+    [
+        pytest.param(120.0, 135, id="default drainTimeout"),
+        pytest.param(600.0, 615, id="long streams"),
+        pytest.param(0.5, 16, id="fraction rounds up"),
+    ],
+)
+def test_engine_pod_termination_grace_is_drain_timeout_plus_margin(drain_timeout_s: float, grace: int) -> None:
+    """An engine stopped by anyone (an eviction, a node drain) keeps its open streams as long as a drain would."""
+    spec = revision_spec(make_pool().pairs(1).obj().spec)
+    params = InstanceParams(
+        pool="speed",
+        namespace="ns",
+        pool_uid="u",
+        pair=0,
+        role="decode",
+        instance=0,
+        revision=revision_id(spec),
+        spec=spec,
+        drain_timeout_s=drain_timeout_s,
+    )
+    assert build_instance_pod(params)["spec"]["terminationGracePeriodSeconds"] == grace

@@ -105,3 +105,14 @@ def test_build_gpu_node_rejects_bad_specs(kwargs: dict[str, object]) -> None:
 def test_plan_fleet_rejects_empty_zones() -> None:
     with pytest.raises(ValueError):
         nodes.plan_fleet(2, zones=())
+
+
+@pytest.mark.parametrize(
+    ("pod_cidr", "spec"),
+    [
+        pytest.param("", {}, id="no CIDR: kwok-controller's default range"),
+        pytest.param("127.64.3.0/24", {"podCIDR": "127.64.3.0/24", "podCIDRs": ["127.64.3.0/24"]}, id="loopback"),
+    ],
+)
+def test_node_pod_cidr_is_where_kwok_takes_pod_addresses(pod_cidr: str, spec: dict[str, object]) -> None:
+    assert nodes.build_gpu_node(nodes.NodeSpec(name="n0", pod_cidr=pod_cidr))["spec"] == spec
