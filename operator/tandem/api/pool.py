@@ -647,6 +647,23 @@ class EvalGate(ApiModel):
     """How long the Job may run; past it the eval is an Error."""
 
 
+class WarmUp(ApiModel):
+    """Hold cache-sensitive gates while the canary's prefix cache is cold (docs/design/009, "Cold caches").
+
+    New canary pairs start with an empty prefix cache: their TTFT and local hit ratio are worse than a warm
+    stable's for reasons that say nothing about the new version. While the canary's local prefix-hit ratio
+    (the `LocalKVHitRatio` gate's value) is below `hitRatioPercent` % of stable's, and the step started less
+    than `maxDuration` ago, a Failure of a TTFT or `LocalKVHitRatio` gate becomes NoData `WarmingUp`. Error
+    and decode-speed gates are judged throughout: a cold cache does not cause errors or slower decoding.
+    """
+
+    hit_ratio_percent: Annotated[int, Field(ge=50, le=100)] = 90
+    """The canary is warm once its local prefix-hit ratio reaches this percent of stable's."""
+    max_duration: Duration = "5m"
+    """A canary that has not warmed up this long after the step started is judged anyway (a version that
+    breaks prefix caching must not hide behind its own cold cache)."""
+
+
 class AnalysisSpec(ApiModel):
     """How canary gates are evaluated (Argo/Flagger vocabulary)."""
 
@@ -715,6 +732,9 @@ class AnalysisSpec(ApiModel):
     """Metric gates; names are unique."""
     eval: EvalGate | None = None
     """Eval gate, run in analysis steps that ask for it."""
+    warm_up: WarmUp | None = None
+    """Hold TTFT and hit-ratio Failures while the canary's prefix cache is colder than stable's; needs a
+    `LocalKVHitRatio` gate (its value and stable's are the measure). Unset: no warm-up beyond initialDelay."""
 
 
 class PauseStep(ApiModel):

@@ -92,6 +92,7 @@ from tandem.core.rollout import (
     RolloutDecision,
     RolloutInputs,
     plan_rollout,
+    surge_room,
 )
 from tandem.routing.algorithm import compute_pair_weights
 from tandem.routing.table import (
@@ -247,6 +248,12 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         promote_request=pool.metadata.annotations.get(ANNOTATION_PROMOTE, ""),
         abort_request=pool.metadata.annotations.get(ANNOTATION_ABORT, ""),
         previous_canary_ready=_previous_canary_ready(old_status, desired),
+        surge_room=_surge_room(
+            snapshot,
+            desired_spec,
+            sum(1 for p in pairs if p.live and p.revision == desired and not p.pending),
+            counts.get(stable, RevisionCounts()).live,
+        ),
     )
     decision = plan_rollout(inputs)
     # 1c. drain records the targets do not justify (forged in the table, or overtaken) are dropped and the
@@ -431,6 +438,31 @@ def untrusted_input_condition(
             generation,
         ),
         None,
+    )
+
+
+def _surge_room(snapshot: Snapshot, desired: RevisionSpec, placed_canary: int, live_stable: int) -> int:
+    """Canary pairs that fit beside every stable pair (``tandem.core.rollout.surge_room``). Free GPUs are
+    counted as this pass's placement would use them: whole pairs of the desired revision on the free GPUs of
+    eligible nodes, every bound pod (ours or not) holding its GPUs. Only *placed* canary pairs count as
+    room already taken: a Pending one holds no GPUs, and counting it would flip a pool without room back to
+    surge and cancel the stable drain that capacity-first needs."""
+    spec = snapshot.pool.spec
+    gpus = [desired.prefill.gpus_per_instance] * desired.prefill.instances + [
+        desired.decode.gpus_per_instance
+    ] * desired.decode.instances
+    ledger = build_node_pool(snapshot.nodes, [*snapshot.pods, *snapshot.other_pods], desired.placement)
+    free = 0
+    while free <= spec.rollout.max_surge and place_pair(ledger, gpus, desired.placement) is not None:
+        free += 1
+    return surge_room(
+        max_surge=spec.rollout.max_surge,
+        replicas=spec.pairs.replicas,
+        live_canary=placed_canary,
+        live_stable=live_stable,
+        free_pairs=free,
+        gpus_per_pair=sum(gpus),
+        gpu_budget=spec.placement.gpu_budget,
     )
 
 

@@ -83,7 +83,7 @@ from tandem.core.promql import (
     gate_query_text,
     parse_prom_duration,
 )
-from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout
+from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
 from tandem.sim.config import SimParams
 from tandem.sim.engine import Revision, SimOptions, SimResult, Simulation
 from tandem.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, ScrapeStore, histogram_quantile
@@ -386,9 +386,19 @@ class TandemRollout:
             if tl.first_breach_s is None and any(v.verdict == VERDICT_FAILURE for v in verdicts):
                 tl.first_breach_s = now
         status = self.pool.status or InferencePoolStatus()
+        spec = self.pool.spec
+        room = surge_room(  # the simulated cluster has room (placement is not modelled): maxSurge decides
+            max_surge=spec.rollout.max_surge,
+            replicas=spec.pairs.replicas,
+            live_canary=counts.get(self.desired, RevisionCounts()).live if self.desired != self.stable else 0,
+            live_stable=counts.get(self.stable, RevisionCounts()).live,
+            free_pairs=spec.rollout.max_surge,
+            gpus_per_pair=1,
+            gpu_budget=None,
+        )
         decision = plan_rollout(
             RolloutInputs(
-                spec=self.pool.spec,
+                spec=spec,
                 status=status.rollout,
                 stable=self.stable,
                 desired=self.desired,
@@ -396,6 +406,7 @@ class TandemRollout:
                 now=now_dt,
                 analysis=analysis,
                 previous_canary_ready=self.previous_ready,
+                surge_room=room,
             )
         )
         self.pool = self.pool.model_copy(update={"status": status.model_copy(update={"rollout": decision.status})})
@@ -555,6 +566,8 @@ def statistical_floor(kind: str, p0: float, p1: float) -> float:
         return (Z_ALPHA * math.sqrt(p0 * q0) + Z_BETA * math.sqrt(p1 * q1)) ** 2 / (p1 - p0) ** 2
     if kind == "tpot":
         return 10.0 / (1.0 - 0.90)
+    if kind == "ttft":  # the example's TTFT gate is a p95
+        return 10.0 / (1.0 - 0.95)
     return math.inf
 
 
@@ -680,8 +693,9 @@ def run_arm(
     sim = Simulation(params, prep.cap, wl, fleet, options, stream(prep.seed, "lifecycle"), prep.errors)
     sim.revisions[STABLE].error_prob = params.policies.stable_error_prob
     tpot = cfg.canary_tpot_mult if cfg.canary == "tpot" else 1.0
+    prefill = cfg.canary_ttft_mult if cfg.canary == "ttft" else 1.0
     err = params.policies.stable_error_prob + (cfg.canary_error_prob if cfg.canary == "errors" else 0.0)
-    sim.add_revision(Revision(CANARY, tpot_mult=tpot, error_prob=err))
+    sim.add_revision(Revision(CANARY, prefill_mult=prefill, tpot_mult=tpot, error_prob=err))
     t_apply = cfg.event_time_s(params)
     sim.at(t_apply, lambda s: ctrl.apply(s, s.now), f"apply revision {CANARY} ({cfg.canary})")
     start = time.perf_counter()
