@@ -441,6 +441,20 @@ def untrusted_input_condition(
     )
 
 
+def canary_share(weight_percent: int | None, ready_canary: int, serving: int) -> int:
+    """The canary's share of keys in the routing table (the simulator publishes the same one).
+
+    ``weight_percent`` (a ``setWeight`` step) capped by the canary's share of serving pairs — a weight the
+    Ready pairs cannot carry is not published — and 100 when only canary pairs serve; None (by pair count)
+    is the canary's share of serving pairs. Example: weight 5, 1 of 9 serving pairs → min(5, 11) = 5;
+    weight 50, 1 of 9 → 11; None, 1 of 9 → 11.
+    """
+    if weight_percent is None:
+        return round(100 * ready_canary / serving) if serving else 0
+    percent = min(weight_percent, (100 * ready_canary) // serving if serving else 0)
+    return 100 if ready_canary and serving == ready_canary else percent
+
+
 def _surge_room(snapshot: Snapshot, desired: RevisionSpec, placed_canary: int, live_stable: int) -> int:
     """Canary pairs that fit beside every stable pair (``tandem.core.rollout.surge_room``). Free GPUs are
     counted as this pass's placement would use them: whole pairs of the desired revision on the free GPUs of
@@ -843,13 +857,7 @@ def build_table(
     percent: int | None = None
     if canary is not None:
         ready_c = sum(1 for p in serving if p.revision == canary)
-        if decision.canary_weight_percent is None:
-            percent = round(100 * ready_c / len(serving)) if serving else 0
-        else:
-            cap = (100 * ready_c) // len(serving) if serving else 0
-            percent = min(decision.canary_weight_percent, cap)
-            if ready_c and len(serving) == ready_c:
-                percent = 100
+        percent = canary_share(decision.canary_weight_percent, ready_c, len(serving))
         if decision.canary_weight_percent is not None and serving:
             weights = compute_pair_weights(serving, canary, percent)
             pairs = [p.model_copy(update={"weight": weights.get(p.id, p.weight)}) for p in pairs]

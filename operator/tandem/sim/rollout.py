@@ -71,6 +71,7 @@ from tandem.core.gates import (
     invalid_query_verdict,
     resolve_gate_queries,
 )
+from tandem.core.plan import canary_share
 from tandem.core.promql import (
     METRIC_TTFT,
     TEMPLATE_HISTOGRAMS,
@@ -283,19 +284,13 @@ def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
 def _canary_percent(
     sim: Simulation, canary: str | None, weight: int | None, stable: str
 ) -> tuple[str | None, int | None]:
-    """The routing table's canary share, as ``tandem.core.plan.build_table`` computes it."""
+    """The routing table's canary share: ``tandem.core.plan.canary_share``, the function ``build_table`` calls."""
     if canary is None or canary == stable:
         return None, None
-    serving = sim.serving_by_revision()
-    total = sum(serving.values())
-    ready_c = serving.get(canary, 0)
     if weight is None:
         return canary, None
-    cap = (100 * ready_c) // total if total else 0
-    percent = min(weight, cap)
-    if ready_c and total == ready_c:
-        percent = 100
-    return canary, percent
+    serving = sim.serving_by_revision()
+    return canary, canary_share(weight, serving.get(canary, 0), sum(serving.values()))
 
 
 # --- Tandem --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from tandem.api.labels import ANNOTATION_ABORT
 from tandem.core import conditions as c
+from tandem.core.plan import canary_share
 from tandem.core.rollout import surge_room
 from tandem.routing.table import PairState
 from tests.support.factories import World, make_nodes, make_pool
@@ -94,3 +95,19 @@ def test_no_free_gpus_runs_capacity_first_and_says_so() -> None:
     cond = c.find(world.pool.status.conditions, "Progressing")
     assert cond is not None and cond.reason == c.REASON_CANARY_CAPACITY_FIRST
     assert "capacity-first" in world.pool.status.rollout.message
+
+
+@pytest.mark.parametrize(
+    ("weight", "ready_canary", "serving", "want"),
+    [
+        pytest.param(5, 1, 9, 5, id="small weight on one surge pair"),
+        pytest.param(50, 1, 9, 11, id="weight capped by the Ready share"),
+        pytest.param(None, 1, 9, 11, id="by pair count"),
+        pytest.param(0, 1, 9, 0, id="rollback: weight 0"),
+        pytest.param(30, 2, 2, 100, id="only canary pairs serve"),
+        pytest.param(5, 0, 0, 0, id="nothing serving"),
+    ],
+)
+def test_canary_share(weight: int | None, ready_canary: int, serving: int, want: int) -> None:
+    """The one share the operator's table and the simulator publish (``core.plan.canary_share``)."""
+    assert canary_share(weight, ready_canary, serving) == want
