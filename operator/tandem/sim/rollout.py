@@ -9,10 +9,11 @@ revision) and the statistical floor of benchmarks.md §7.
 each pass, with the pure pieces imported unchanged: ``analysis_request`` (is an evaluation due, which
 gates), ``tandem.core.gates.evaluate_gate`` on each gate's canary (and baseline) ``QueryResult`` with
 ``SampleWindow.for_analysis`` (as ``tandem.adapters.prometheus.evaluate_metric_gates``),
-``fold_analysis`` (``tandem.core.analysis.evaluate_step``), ``plan_rollout`` with per-revision pair
-counts, then the pair targets are converged capacity-first (:meth:`Simulation.converge_revisions`, the
-rules of ``core.plan``) and the canary's traffic share is set as ``core.plan.build_table`` does
-(``setWeight`` capped by the canary's share of serving pairs; by pair count when the weight is None).
+``fold_analysis`` (``tandem.core.analysis.evaluate_step``, with the cold-cache warm-up), ``plan_rollout`` with
+per-revision pair counts and the surge room (``core.rollout.surge_room``; the simulated cluster has free GPUs,
+so ``maxSurge`` decides), then the pair targets are converged (:meth:`Simulation.converge_revisions`, the
+rules of ``core.plan``) and the canary's traffic share is ``core.plan.canary_share``, the function
+``build_table`` calls.
 The rollout status persists between passes as the operator's ``status.rollout`` does. Passes run every
 ``policies.reconcile_s`` (the operator reconciles on events and on ``requeue_after``).
 
