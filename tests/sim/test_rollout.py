@@ -119,8 +119,8 @@ def test_regression_gate_set_keeps_only_the_named_gates() -> None:
         "errors",
         "local-kv-hits",
     ]
-    assert [m.name for m in regression.spec.rollout.analysis.metrics] == ["tokens-per-user", "errors"]
-    assert "1.900" in (example.spec.rollout.analysis.metrics[0].success_condition or "")
+    assert [m.name for m in regression.spec.rollout.analysis.metrics] == ["ttft-p95", "tokens-per-user", "errors"]
+    assert example.spec.rollout.analysis.warm_up is not None  # the example's cold-cache warm-up
 
 
 def _sim(pairs: int, shape: tuple[int, int] = (1, 1)) -> Simulation:
@@ -215,4 +215,7 @@ def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypa
         assert m["canary_first_request_s"] <= m["first_breach_s"] <= m["decision_s"] <= m["weight_zero_s"], arm
         assert m["rollback_s"] == pytest.approx(m["observe_s"] + m["decide_s"] + m["act_s"])
     assert by_arm["flagger"]["act_s"] == 0.0  # the primary never shrank: routing back is immediate
+    # Surge canary (issue 17 item 3): stable kept its pairs, so the decision's own pass zeroes the canary.
+    assert by_arm["tandem"]["act_s"] == 0.0
+    assert all(c.surge_room is not None for c in calls)
     assert by_arm["flagger"]["decide_s"] >= (p.policies.flagger.threshold - 1) * p.policies.flagger.interval_s

@@ -13,9 +13,9 @@ canary gated on TTFT, tokens/s per user, errors and a tool-calling eval.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tandem.api.base import (
@@ -537,14 +537,27 @@ class GateComparison(ApiModel):
     by more than this (110 = 10 % slower), so a large stable arm cannot fail a tiny shift."""
 
 
+GATE_PRESETS: dict[str, dict[str, Any]] = {
+    "ttft-p90": {"template": "TTFTP90", "compare": {}},
+    "ttft-p95": {"template": "TTFTP95", "compare": {}},
+    "tokens-per-user": {"template": "TokensPerSecondPerUser", "compare": {}},
+    "tpot-p90": {"template": "TPOTP90", "compare": {}},
+    "errors": {"template": "ErrorRate", "compare": {}, "failureCondition": "result > 0.01"},
+    "local-kv-hits": {"template": "LocalKVHitRatio", "successCondition": "result >= baseline * 0.9"},
+}
+"""Named gates (``preset``): the write-up's gates as docs/design/009 tests them — latency and tokens/s compared
+with stable (rank + mean tests, 99 %, ≥ 10 % worse on average), errors by Fisher's test above a 1 % floor, and
+the local hit ratio within 10 % of stable's (the warm-up's measure). Fields set on the gate win."""
+
+
 class MetricGate(ApiModel):
     """One Prometheus gate of the canary analysis."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel(
             Rule(
-                "has(self.template) || has(self.query)",
-                "analysis metric: query is required unless a template is set",
+                "has(self.template) || has(self.query) || has(self.preset)",
+                "analysis metric: query is required unless a template or preset is set",
                 field_path=".query",
             ),
             Rule(
@@ -553,7 +566,7 @@ class MetricGate(ApiModel):
                 field_path=".query",
             ),
             Rule(
-                "has(self.successCondition) || has(self.failureCondition) || has(self.compare)",
+                "has(self.successCondition) || has(self.failureCondition) || has(self.compare) || has(self.preset)",
                 "analysis metric: a condition is required (successCondition or failureCondition) unless compare is set",
             ),
             Rule(
@@ -572,6 +585,8 @@ class MetricGate(ApiModel):
 
     name: DnsLabel
     """Gate name, shown in status verdicts."""
+    preset: Literal["ttft-p90", "ttft-p95", "tokens-per-user", "tpot-p90", "errors", "local-kv-hits"] | None = None
+    """A named gate (template, comparison and conditions of docs/design/009); fields set here override it."""
     template: (
         Literal["TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio"] | None
     ) = None
@@ -595,6 +610,20 @@ class MetricGate(ApiModel):
     compare: GateComparison | None = None
     """Compare the canary with stable statistically. With a condition as well, the gate fails only when both say
     so: the condition is then an absolute floor (e.g. `result > 0.01` for errors)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        """A preset fills the fields the gate leaves unset (a query replaces the preset's template)."""
+        if not isinstance(data, dict) or data.get("preset") not in GATE_PRESETS:
+            return data
+        base = dict(GATE_PRESETS[data["preset"]])
+        if "query" in data:
+            base.pop("template", None)
+            base.pop("compare", None)
+        snake = {"successCondition": "success_condition", "failureCondition": "failure_condition"}
+        base = {k: v for k, v in base.items() if snake.get(k, k) not in data}
+        return {**base, **data}
 
     @field_validator("query")
     @classmethod
@@ -645,6 +674,23 @@ class EvalGate(ApiModel):
     """Lowest passing score in percent. The Job reports `{"score": <percent>}` as its termination message."""
     deadline: Duration = "20m"
     """How long the Job may run; past it the eval is an Error."""
+
+
+class WarmUp(ApiModel):
+    """Hold cache-sensitive gates while the canary's prefix cache is cold (docs/design/009, "Cold caches").
+
+    New canary pairs start with an empty prefix cache: their TTFT and local hit ratio are worse than a warm
+    stable's for reasons that say nothing about the new version. While the canary's local prefix-hit ratio
+    (the `LocalKVHitRatio` gate's value) is below `hitRatioPercent` % of stable's, and the step started less
+    than `maxDuration` ago, a Failure of a TTFT or `LocalKVHitRatio` gate becomes NoData `WarmingUp`. Error
+    and decode-speed gates are judged throughout: a cold cache does not cause errors or slower decoding.
+    """
+
+    hit_ratio_percent: Annotated[int, Field(ge=50, le=100)] = 90
+    """The canary is warm once its local prefix-hit ratio reaches this percent of stable's."""
+    max_duration: Duration = "5m"
+    """A canary that has not warmed up this long after the step started is judged anyway (a version that
+    breaks prefix caching must not hide behind its own cold cache)."""
 
 
 class AnalysisSpec(ApiModel):
@@ -715,6 +761,9 @@ class AnalysisSpec(ApiModel):
     """Metric gates; names are unique."""
     eval: EvalGate | None = None
     """Eval gate, run in analysis steps that ask for it."""
+    warm_up: WarmUp | None = None
+    """Hold TTFT and hit-ratio Failures while the canary's prefix cache is colder than stable's; needs a
+    `LocalKVHitRatio` gate (its value and stable's are the measure). Unset: no warm-up beyond initialDelay."""
 
 
 class PauseStep(ApiModel):

@@ -51,6 +51,7 @@ t=210, ``210 − 90 ≥ 120`` → **NoDataDeadline**.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -258,3 +259,69 @@ __all__ = [
     "next_evaluation_at",
     "select_gates",
 ]
+
+
+REASON_WARMING_UP: Final = "WarmingUp"
+"""A TTFT or hit-ratio Failure held while the canary's prefix cache is colder than stable's (``warmUp``)."""
+WARM_UP_TEMPLATES: Final = frozenset({"TTFTP90", "TTFTP95", "LocalKVHitRatio"})
+"""Gates a cold prefix cache fails on its own: prefill work grows with the uncached prompt, hits fall."""
+HIT_RATIO_TEMPLATE: Final = "LocalKVHitRatio"
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def warm_up_verdicts(
+    verdicts: Sequence[GateVerdict],
+    gates: Sequence[MetricGate],
+    analysis: AnalysisSpec,
+    step_started_at: datetime,
+    now: datetime,
+) -> list[GateVerdict]:
+    """Hold the cache-sensitive Failures of a cold canary (``analysis.warmUp``; docs/design/009).
+
+    The canary is *cold* while its local prefix-hit ratio (the ``LocalKVHitRatio`` gate's value) is below
+    ``hitRatioPercent`` % of stable's (that gate's baseline) — or unknown — and the step started less than
+    ``maxDuration`` ago. A cold canary's TTFT/hit-ratio Failures become NoData ``WarmingUp``: they hold the
+    step (no streak, the NoData clock runs) but never count toward ``failureLimit``. Everything else,
+    errors and decode speed in particular, is judged as usual.
+
+    Why the hit ratio "at its key share" is the right yardstick: the router gives the canary's pairs a slice
+    of the key ring, and each pair caches the prefixes of its own keys; once a canary pair has seen its keys
+    long enough its hit ratio is a stable pair's (at a lower load, if anything higher). Below that, its
+    TTFT pays for prefill that stable skips, which is not the new version's doing.
+
+    Example: hitRatioPercent 90, stable hits 0.83, canary 0.46 one minute into the step → cold (0.46 <
+    0.75): ``ttft-p95`` Failure → NoData WarmingUp. At 0.78 → warm: the Failure stands.
+    """
+    spec = analysis.warm_up
+    if spec is None or now - step_started_at >= timedelta(seconds=parse_duration(spec.max_duration)):
+        return list(verdicts)
+    templates = {g.name: g.template or "" for g in gates}
+    cold = True
+    detail = "canary hit ratio unknown"
+    for v in verdicts:
+        if templates.get(v.name) != HIT_RATIO_TEMPLATE:
+            continue
+        canary, stable = _finite(v.value), _finite(v.baseline)
+        if canary is not None and stable is not None:
+            need = stable * spec.hit_ratio_percent / 100
+            cold = canary < need
+            detail = f"canary hit ratio {canary:.3f} vs stable {stable:.3f} (warm at ≥ {need:.3f})"
+        break
+    if not cold:
+        return list(verdicts)
+    out: list[GateVerdict] = []
+    for v in verdicts:
+        if v.verdict == VERDICT_FAILURE and templates.get(v.name) in WARM_UP_TEMPLATES:
+            note = f"{v.condition}; warming up: {detail}" if v.condition else f"warming up: {detail}"
+            held = {"verdict": VERDICT_NO_DATA, "reason": REASON_WARMING_UP, "condition": note[:1024]}
+            out.append(v.model_copy(update=held))
+        else:
+            out.append(v)
+    return out

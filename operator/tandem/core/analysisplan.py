@@ -22,7 +22,7 @@ from tandem.api.pool import AnalysisStep, MetricGate
 from tandem.api.pool_status import GateVerdict, RolloutStatus, VersionScore
 from tandem.api.quantity import parse_duration
 from tandem.api.resources import InferencePool
-from tandem.core.analysis import evaluate_step, next_evaluation_at, select_gates
+from tandem.core.analysis import evaluate_step, next_evaluation_at, select_gates, warm_up_verdicts
 from tandem.core.gates import EVAL_GATE_NAME, EvalJobObservation, EvalJobState, evaluate_eval_gate
 from tandem.core.observed import EvalJobView
 from tandem.core.promql import compute_rate_window
@@ -108,7 +108,9 @@ def fold_analysis(
 ) -> AnalysisResult:
     """The verdicts of this pass folded into the step's progress."""
     status = pool.status.rollout if pool.status else RolloutStatus()
-    evaluation = evaluate_step(status.analysis, verdicts, pool.spec.rollout.analysis, request.step_started_at, now)
+    spec = pool.spec.rollout.analysis
+    verdicts = warm_up_verdicts(verdicts, request.gates, spec, request.step_started_at, now)
+    evaluation = evaluate_step(status.analysis, verdicts, spec, request.step_started_at, now)
     message = evaluation.message
     if request.unknown:
         message = f"unknown gate(s) {', '.join(request.unknown)} ignored; " + message

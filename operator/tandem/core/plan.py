@@ -93,6 +93,7 @@ from tandem.core.rollout import (
     RolloutDecision,
     RolloutInputs,
     plan_rollout,
+    surge_room,
 )
 from tandem.routing.algorithm import compute_pair_weights
 from tandem.routing.table import (
@@ -249,6 +250,12 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         promote_request=pool.metadata.annotations.get(ANNOTATION_PROMOTE, ""),
         abort_request=pool.metadata.annotations.get(ANNOTATION_ABORT, ""),
         previous_canary_ready=_previous_canary_ready(old_status, desired),
+        surge_room=_surge_room(
+            snapshot,
+            desired_spec,
+            sum(1 for p in pairs if p.live and p.revision == desired and not p.pending),
+            counts.get(stable, RevisionCounts()).live,
+        ),
     )
     decision = plan_rollout(inputs)
     # 1c. drain records the targets do not justify (forged in the table, or overtaken) are dropped and the
@@ -433,6 +440,45 @@ def untrusted_input_condition(
             generation,
         ),
         None,
+    )
+
+
+def canary_share(weight_percent: int | None, ready_canary: int, serving: int) -> int:
+    """The canary's share of keys in the routing table (the simulator publishes the same one).
+
+    ``weight_percent`` (a ``setWeight`` step) capped by the canary's share of serving pairs — a weight the
+    Ready pairs cannot carry is not published — and 100 when only canary pairs serve; None (by pair count)
+    is the canary's share of serving pairs. Example: weight 5, 1 of 9 serving pairs → min(5, 11) = 5;
+    weight 50, 1 of 9 → 11; None, 1 of 9 → 11.
+    """
+    if weight_percent is None:
+        return round(100 * ready_canary / serving) if serving else 0
+    percent = min(weight_percent, (100 * ready_canary) // serving if serving else 0)
+    return 100 if ready_canary and serving == ready_canary else percent
+
+
+def _surge_room(snapshot: Snapshot, desired: RevisionSpec, placed_canary: int, live_stable: int) -> int:
+    """Canary pairs that fit beside every stable pair (``tandem.core.rollout.surge_room``). Free GPUs are
+    counted as this pass's placement would use them: whole pairs of the desired revision on the free GPUs of
+    eligible nodes, every bound pod (ours or not) holding its GPUs. Only *placed* canary pairs count as
+    room already taken: a Pending one holds no GPUs, and counting it would flip a pool without room back to
+    surge and cancel the stable drain that capacity-first needs."""
+    spec = snapshot.pool.spec
+    gpus = [desired.prefill.gpus_per_instance] * desired.prefill.instances + [
+        desired.decode.gpus_per_instance
+    ] * desired.decode.instances
+    ledger = build_node_pool(snapshot.nodes, [*snapshot.pods, *snapshot.other_pods], desired.placement)
+    free = 0
+    while free <= spec.rollout.max_surge and place_pair(ledger, gpus, desired.placement) is not None:
+        free += 1
+    return surge_room(
+        max_surge=spec.rollout.max_surge,
+        replicas=spec.pairs.replicas,
+        live_canary=placed_canary,
+        live_stable=live_stable,
+        free_pairs=free,
+        gpus_per_pair=sum(gpus),
+        gpu_budget=spec.placement.gpu_budget,
     )
 
 
@@ -830,13 +876,7 @@ def build_table(
     percent: int | None = None
     if canary is not None:
         ready_c = sum(1 for p in serving if p.revision == canary)
-        if decision.canary_weight_percent is None:
-            percent = round(100 * ready_c / len(serving)) if serving else 0
-        else:
-            cap = (100 * ready_c) // len(serving) if serving else 0
-            percent = min(decision.canary_weight_percent, cap)
-            if ready_c and len(serving) == ready_c:
-                percent = 100
+        percent = canary_share(decision.canary_weight_percent, ready_c, len(serving))
         if decision.canary_weight_percent is not None and serving:
             weights = compute_pair_weights(serving, canary, percent)
             pairs = [p.model_copy(update={"weight": weights.get(p.id, p.weight)}) for p in pairs]

@@ -9,6 +9,14 @@ stable) | RollingBack (stable restored to full Ready capacity, then canary drain
 canary keeps at most the weight of the step it failed at) → RolledBack
 (the failed revision is parked until spec.stack changes).
 
+Canary capacity is **surge** by default (issue 17 item 3): while a step's canary pairs fit in the surge
+room (`surge_room`: within `maxSurge`, `placement.gpuBudget` and the free GPUs, computed by the pair
+planner), the stable revision keeps all `replicas` pairs and the canary comes up beside them. A rollback
+then finds stable at full Ready capacity: the canary's weight goes to 0 in the same pass and its pairs
+drain — no stable pair has to load again first (W5 measured 700 s of that). When a step's canary pairs
+do not fit, that step runs **capacity-first** (the canary replaces stable pairs, as before) and the
+Progressing condition says so (`CanaryCapacityFirst`, with the reason in the status message).
+
 Step semantics (Argo vocabulary):
 - `setWeight: w` → the canary gets ⌈replicas·w/100⌉ pairs and w % of traffic (capped by its Ready
   share); `setCanaryPairs: n` → n pairs, traffic by pair count. Both persist through later pause and
@@ -84,6 +92,41 @@ class RolloutInputs:
     abort_request: str = ""
     previous_canary_ready: int = 0
     """Ready canary pairs the last pass reported: more now is progress (resets the progress deadline)."""
+    surge_room: int | None = None
+    """Canary pairs that may run above ``replicas`` (:func:`surge_room`); None = not computed: capacity-first
+    without the ``CanaryCapacityFirst`` report (callers that do not place pairs)."""
+
+
+REASON_CAPACITY_FIRST: Final = c.REASON_CANARY_CAPACITY_FIRST
+
+
+def surge_room(
+    *,
+    max_surge: int,
+    replicas: int,
+    live_canary: int,
+    free_pairs: int,
+    gpus_per_pair: int,
+    gpu_budget: int | None,
+    live_stable: int | None = None,
+) -> int:
+    """How many canary pairs can run beside all ``replicas`` stable pairs.
+
+    The canary pairs already placed count (they hold their GPUs: a surge canary must not flip to
+    capacity-first once it has taken the free GPUs), plus the whole pairs the free GPUs still take, less
+    the stable pairs missing from ``replicas`` (``live_stable``: their GPUs went to the canary, so a
+    capacity-first canary stays capacity-first), capped by ``maxSurge`` (the planner never keeps more than
+    ``replicas + maxSurge`` live pairs) and by the GPU budget (``gpuBudget // gpusPerPair − replicas``).
+
+    Example: replicas 8, maxSurge 2, one canary pair placed, free GPUs for 5 more, no budget → 2.
+    With ``gpuBudget`` 72 and 8 GPUs per pair → min(2, 6, 9 − 8) = 1. No free GPUs, no canary → 0.
+    One canary pair placed where a stable pair was drained (7 stable live), nothing free → 0.
+    """
+    missing = 0 if live_stable is None else max(0, replicas - live_stable)
+    room = min(max_surge, live_canary + max(0, free_pairs) - missing)
+    if gpu_budget is not None and gpus_per_pair > 0:
+        room = min(room, gpu_budget // gpus_per_pair - replicas)
+    return max(0, room)
 
 
 @dataclass(frozen=True)
@@ -270,7 +313,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         return _with(
             decision,
             persist_first=True,
-            progressing_reason=c.REASON_ROLLOUT_RESTARTED if restarted else c.REASON_ROLLOUT_IN_PROGRESS,
+            progressing_reason=c.REASON_ROLLOUT_RESTARTED if restarted else decision.progressing_reason,
         )
 
     if status.phase == "RollingBack":
@@ -333,7 +376,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     gates = list(status.gates)
     if step.set_weight is not None or step.set_canary_pairs is not None:
         cc, sc = counts(desired), counts(stable)
-        done = cc.ready >= want_canary and sc.live <= replicas - want_canary
+        done = cc.ready >= want_canary and sc.live <= stable_target(inp, want_canary)
         if cc.ready > inp.previous_canary_ready or status.progress_at is None:
             status = status.model_copy(update={"progress_at": now})
         last_progress = max(started, status.progress_at or started)
@@ -407,7 +450,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         decision,
         persist_first=persist,
         requeue_after=requeue,
-        progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else c.REASON_ROLLOUT_IN_PROGRESS,
+        progressing_reason=c.REASON_ROLLOUT_PAUSED if status.phase == "Paused" else decision.progressing_reason,
     )
 
 
@@ -438,7 +481,12 @@ def _progressing(
     replicas = inp.spec.pairs.replicas
     index = min(status.step_index, len(steps) - 1)
     want, weight = canary_target(steps, index, replicas)
-    targets = {stable: replicas - want, desired: want}
+    note = capacity_note(inp, want)
+    if note and (not status.message or status.message.startswith(("rolling out ", "canary capacity-first"))):
+        status = status.model_copy(update={"message": note})
+    elif not note and status.message.startswith("canary capacity-first"):
+        status = status.model_copy(update={"message": ""})
+    targets = {stable: stable_target(inp, want), desired: want}
     if extra_zero and extra_zero not in targets:
         targets[extra_zero] = 0
     return RolloutDecision(
@@ -448,8 +496,36 @@ def _progressing(
         targets=targets,
         canary_weight_percent=weight,
         events=tuple(events),
-        progressing_reason=c.REASON_ROLLOUT_IN_PROGRESS,
+        progressing_reason=progress_reason(inp, want),
         message=status.message,
+    )
+
+
+def surges(inp: RolloutInputs, want: int) -> bool:
+    """Whether ``want`` canary pairs run beside every stable pair (module docstring)."""
+    return inp.surge_room is not None and 0 < want <= inp.surge_room and want < inp.spec.pairs.replicas
+
+
+def stable_target(inp: RolloutInputs, want: int) -> int:
+    """Stable pairs while the canary has ``want``: all of them with surge, the rest capacity-first."""
+    replicas = inp.spec.pairs.replicas
+    return replicas if surges(inp, want) else replicas - want
+
+
+def progress_reason(inp: RolloutInputs, want: int) -> str:
+    """``CanaryCapacityFirst`` when the planner computed the surge room and the step's canary did not fit."""
+    if inp.surge_room is not None and want > 0 and not surges(inp, want):
+        return REASON_CAPACITY_FIRST
+    return c.REASON_ROLLOUT_IN_PROGRESS
+
+
+def capacity_note(inp: RolloutInputs, want: int) -> str:
+    """The status message's reason for a capacity-first step ("" with surge or when not computed)."""
+    if progress_reason(inp, want) != REASON_CAPACITY_FIRST:
+        return ""
+    return (
+        f"canary capacity-first: {want} canary pair(s) do not fit the surge room ({inp.surge_room}: maxSurge, "
+        "gpuBudget, free GPUs); stable drains as the canary comes up and a rollback must reload it"
     )
 
 

@@ -101,11 +101,7 @@ def demo_fleet() -> list[dict[str, Any]]:
     ]
     analysis = rollout["analysis"]
     analysis.update({"interval": "30s", "timeout": "10s", "initialDelay": "30s", "successStreak": 2, "failureLimit": 0})
-    analysis.pop("eval", None)
-    analysis["metrics"] = [
-        {"name": "ttft-p90", "template": "TTFTP90", "successCondition": "result <= baseline * 2"},
-        {"name": "errors", "template": "ErrorRate", "failureCondition": "result > 0.01"},
-    ]
+    analysis.pop("eval", None)  # the demo has no eval image; the metric gates are the example's, unchanged
     long_context = yaml.safe_load((EXAMPLES / "long-context-pool.yaml").read_text())
     long_context["spec"]["pairs"]["replicas"] = 1
     long_context["spec"]["autoscaling"]["enabled"] = False

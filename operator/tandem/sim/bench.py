@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from tandem.benchcli import bench_subparsers
+from tandem.sim import w5seeds
 from tandem.sim.config import SimParams, config_hash, load_params
 from tandem.sim.policies import POLICIES
 from tandem.sim.report import clean, results
@@ -56,6 +57,10 @@ W5_VARIANTS: tuple[tuple[str, str], ...] = (
 )
 """(canary, gate set): the example's gates on a good canary (the cold-cache confound), then the regression
 gates on +1 point of errors, on TPOT × 1.3, and on a good canary (false rollbacks)."""
+W5_SEED_VARIANTS: tuple[tuple[str, str], ...] = tuple(
+    (canary, gates) for gates in ("example", "regression") for canary in ("good", "errors", "tpot", "ttft")
+)
+"""``--seeds N``: issue 17's Must show, every canary under both gate sets."""
 
 PROFILES: dict[str, dict[str, dict[str, float]]] = {
     # CI: W1 at 5 % of the fleet rate (k = 7 copies of the conversation trace); W2 a 1 % sample of the
@@ -93,6 +98,8 @@ class FleetRun:
     scenarios: dict[str, ScenarioRun] = field(default_factory=dict)
     w5: W5Run | None = None
     timing: dict[str, float] = field(default_factory=dict)
+    w5_seeds: dict[str, Any] | None = None
+    """``--seeds N`` > 1: :func:`tandem.sim.w5seeds.document` (per-seed rows and the Must-show summary)."""
 
 
 def register(subparsers: Any) -> None:
@@ -110,6 +117,13 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--out", type=Path, required=True, help="output directory (e.g. bench/results)")
     fleet.add_argument("--profile", choices=sorted(PROFILES), default="ci")
     fleet.add_argument("--seed", type=int, default=1)
+    fleet.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="W5 only: run seeds --seed .. --seed+N-1 with every canary under both gate sets (issue 17)",
+    )
+    fleet.add_argument("--arms", default=",".join(ARMS), help="W5 rollout arms (default: tandem,flagger)")
     fleet.add_argument(
         "--scenarios", default="W1,W2,W3,W5", help="comma-separated subset of W1,W2,W3,W5 (default: all)"
     )
@@ -141,7 +155,11 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
 
-    fleet = run_fleet(params, args.profile, args.seed, scenarios, policies, progress)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if args.seeds < 1 or [a for a in arms if a not in ARMS]:
+        print(f"tandem bench fleet: --seeds must be ≥ 1 and --arms a subset of {','.join(ARMS)}", file=sys.stderr)
+        return 2
+    fleet = run_fleet(params, args.profile, args.seed, scenarios, policies, progress, seeds=args.seeds, arms=arms)
     doc = write(fleet, args.out, plots=not args.no_plots)
     failed = [g for g in doc["gates"] if not g["pass"]]
     progress(
@@ -159,6 +177,8 @@ def run_fleet(
     policies: Sequence[str] = SCALING,
     progress: Callable[[str], None] | None = None,
     w5_variants: Sequence[tuple[str, str]] = W5_VARIANTS,
+    seeds: int = 1,
+    arms: Sequence[str] = ARMS,
 ) -> FleetRun:
     """Run the benchmark (module docstring)."""
     say = progress or (lambda _msg: None)
@@ -172,10 +192,17 @@ def run_fleet(
         say(f"== {sc} ({_describe(sc)}), policies {', '.join(policies)}")
         fleet.scenarios[sc] = run(ScenarioConfig(sc, **knobs[sc]), list(policies), seed, params, progress=say)  # type: ignore[arg-type]
         fleet.timing[f"{sc}_s"] = time.perf_counter() - t
-    if "W5" in scenarios:
+    if "W5" in scenarios and seeds > 1:
         t = time.perf_counter()
-        say(f"== W5 ({_describe('W5')}), arms {', '.join(ARMS)}")
-        fleet.w5 = run_w5(ScenarioConfig("W5", **knobs["W5"]), seed, params, ARMS, say, w5_variants)  # type: ignore[arg-type]
+        chosen = list(range(seed, seed + seeds))
+        say(f"== W5 ({_describe('W5')}) over seeds {chosen[0]}..{chosen[-1]}, arms {', '.join(arms)}")
+        rows = w5seeds.run_w5_seeds(ScenarioConfig("W5", **knobs["W5"]), chosen, params, arms, W5_SEED_VARIANTS, say)  # type: ignore[arg-type]
+        fleet.w5_seeds = w5seeds.document(rows, chosen)
+        fleet.timing["W5_seeds_s"] = time.perf_counter() - t
+    elif "W5" in scenarios:
+        t = time.perf_counter()
+        say(f"== W5 ({_describe('W5')}), arms {', '.join(arms)}")
+        fleet.w5 = run_w5(ScenarioConfig("W5", **knobs["W5"]), seed, params, arms, say, w5_variants)  # type: ignore[arg-type]
         fleet.timing["W5_s"] = time.perf_counter() - t
     fleet.timing["total_s"] = time.perf_counter() - t0
     return fleet
@@ -286,6 +313,8 @@ def document(fleet: FleetRun) -> dict[str, Any]:
         w5 = w5_document(fleet.w5)
         all_gates += w5_gates(fleet.w5)
         timing["W5_detail"] = {k: round(v, 3) for k, v in fleet.w5.timing.items()}
+    if fleet.w5_seeds is not None:
+        all_gates += w5seeds.gates(fleet.w5_seeds)
     timing["machine"] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -300,6 +329,7 @@ def document(fleet: FleetRun) -> dict[str, Any]:
             "params_hash": config_hash(fleet.params),
             "scenarios": scen,
             "w5": w5,
+            "w5_seeds": fleet.w5_seeds,
             "gates": all_gates,
             "timing": timing,
         }
@@ -373,6 +403,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += _scenario_md(sc, sd)
     if doc.get("w5"):
         lines += _w5_md(doc["w5"])
+    if doc.get("w5_seeds"):
+        lines += w5seeds.markdown(doc["w5_seeds"])
     lines += ["## Gates (start values of benchmarks.md §6)", ""]
     lines += _table(
         ["scenario", "policy", "gate", "value", "verdict"],
@@ -776,6 +808,8 @@ def write_plots(fleet: FleetRun, doc: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xlabel("simulated minutes (dots: requests on the canary; | first breach, x decision, ■ weight 0)")
         ax.set_title("W5: requests served by the new revision")
         paths.append(_save(fig, out / "fleet-w5.png", plt))
+    if doc.get("w5_seeds"):
+        paths.append(w5seeds.plot(doc["w5_seeds"], out, plt))
     return paths
 
 

@@ -9,10 +9,11 @@ revision) and the statistical floor of benchmarks.md §7.
 each pass, with the pure pieces imported unchanged: ``analysis_request`` (is an evaluation due, which
 gates), ``tandem.core.gates.evaluate_gate`` on each gate's canary (and baseline) ``QueryResult`` with
 ``SampleWindow.for_analysis`` (as ``tandem.adapters.prometheus.evaluate_metric_gates``),
-``fold_analysis`` (``tandem.core.analysis.evaluate_step``), ``plan_rollout`` with per-revision pair
-counts, then the pair targets are converged capacity-first (:meth:`Simulation.converge_revisions`, the
-rules of ``core.plan``) and the canary's traffic share is set as ``core.plan.build_table`` does
-(``setWeight`` capped by the canary's share of serving pairs; by pair count when the weight is None).
+``fold_analysis`` (``tandem.core.analysis.evaluate_step``, with the cold-cache warm-up), ``plan_rollout`` with
+per-revision pair counts and the surge room (``core.rollout.surge_room``; the simulated cluster has free GPUs,
+so ``maxSurge`` decides), then the pair targets are converged (:meth:`Simulation.converge_revisions`, the
+rules of ``core.plan``) and the canary's traffic share is ``core.plan.canary_share``, the function
+``build_table`` calls.
 The rollout status persists between passes as the operator's ``status.rollout`` does. Passes run every
 ``policies.reconcile_s`` (the operator reconciles on events and on ``requeue_after``).
 
@@ -71,6 +72,7 @@ from tandem.core.gates import (
     invalid_query_verdict,
     resolve_gate_queries,
 )
+from tandem.core.plan import canary_share
 from tandem.core.promql import (
     METRIC_TTFT,
     TEMPLATE_HISTOGRAMS,
@@ -83,7 +85,7 @@ from tandem.core.promql import (
     gate_query_text,
     parse_prom_duration,
 )
-from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout
+from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
 from tandem.sim.config import SimParams
 from tandem.sim.engine import Revision, SimOptions, SimResult, Simulation
 from tandem.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, ScrapeStore, histogram_quantile
@@ -283,19 +285,13 @@ def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
 def _canary_percent(
     sim: Simulation, canary: str | None, weight: int | None, stable: str
 ) -> tuple[str | None, int | None]:
-    """The routing table's canary share, as ``tandem.core.plan.build_table`` computes it."""
+    """The routing table's canary share: ``tandem.core.plan.canary_share``, the function ``build_table`` calls."""
     if canary is None or canary == stable:
         return None, None
-    serving = sim.serving_by_revision()
-    total = sum(serving.values())
-    ready_c = serving.get(canary, 0)
     if weight is None:
         return canary, None
-    cap = (100 * ready_c) // total if total else 0
-    percent = min(weight, cap)
-    if ready_c and total == ready_c:
-        percent = 100
-    return canary, percent
+    serving = sim.serving_by_revision()
+    return canary, canary_share(weight, serving.get(canary, 0), sum(serving.values()))
 
 
 # --- Tandem --------------------------------------------------------------------------------------------
@@ -386,9 +382,19 @@ class TandemRollout:
             if tl.first_breach_s is None and any(v.verdict == VERDICT_FAILURE for v in verdicts):
                 tl.first_breach_s = now
         status = self.pool.status or InferencePoolStatus()
+        spec = self.pool.spec
+        room = surge_room(  # the simulated cluster has room (placement is not modelled): maxSurge decides
+            max_surge=spec.rollout.max_surge,
+            replicas=spec.pairs.replicas,
+            live_canary=counts.get(self.desired, RevisionCounts()).live if self.desired != self.stable else 0,
+            live_stable=counts.get(self.stable, RevisionCounts()).live,
+            free_pairs=spec.rollout.max_surge,
+            gpus_per_pair=1,
+            gpu_budget=None,
+        )
         decision = plan_rollout(
             RolloutInputs(
-                spec=self.pool.spec,
+                spec=spec,
                 status=status.rollout,
                 stable=self.stable,
                 desired=self.desired,
@@ -396,6 +402,7 @@ class TandemRollout:
                 now=now_dt,
                 analysis=analysis,
                 previous_canary_ready=self.previous_ready,
+                surge_room=room,
             )
         )
         self.pool = self.pool.model_copy(update={"status": status.model_copy(update={"rollout": decision.status})})
@@ -555,6 +562,8 @@ def statistical_floor(kind: str, p0: float, p1: float) -> float:
         return (Z_ALPHA * math.sqrt(p0 * q0) + Z_BETA * math.sqrt(p1 * q1)) ** 2 / (p1 - p0) ** 2
     if kind == "tpot":
         return 10.0 / (1.0 - 0.90)
+    if kind == "ttft":  # the example's TTFT gate is a p95
+        return 10.0 / (1.0 - 0.95)
     return math.inf
 
 
@@ -680,8 +689,9 @@ def run_arm(
     sim = Simulation(params, prep.cap, wl, fleet, options, stream(prep.seed, "lifecycle"), prep.errors)
     sim.revisions[STABLE].error_prob = params.policies.stable_error_prob
     tpot = cfg.canary_tpot_mult if cfg.canary == "tpot" else 1.0
+    prefill = cfg.canary_ttft_mult if cfg.canary == "ttft" else 1.0
     err = params.policies.stable_error_prob + (cfg.canary_error_prob if cfg.canary == "errors" else 0.0)
-    sim.add_revision(Revision(CANARY, tpot_mult=tpot, error_prob=err))
+    sim.add_revision(Revision(CANARY, prefill_mult=prefill, tpot_mult=tpot, error_prob=err))
     t_apply = cfg.event_time_s(params)
     sim.at(t_apply, lambda s: ctrl.apply(s, s.now), f"apply revision {CANARY} ({cfg.canary})")
     start = time.perf_counter()

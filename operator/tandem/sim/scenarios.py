@@ -70,10 +70,13 @@ class ScenarioConfig:
     storm_hit_scale: float = 0.4 / 0.9
     loss_fraction: float = 0.05
     canary_tpot_mult: float = 1.3
+    canary_ttft_mult: float = 1.5
+    """Prefill time multiplier of the W5 ``ttft`` canary (its TTFT × about this much at W5's load)."""
     canary_error_prob: float = 0.01
     """Engine errors the canary adds to the stable revision's (W5 ``errors``)."""
     canary: str = "tpot"
-    """W5 regression: ``tpot`` (TPOT × ``canary_tpot_mult``), ``errors`` (+ ``canary_error_prob``) or ``good``."""
+    """W5 regression: ``tpot`` (TPOT × ``canary_tpot_mult``), ``ttft`` (prefill × ``canary_ttft_mult``),
+    ``errors`` (+ ``canary_error_prob``) or ``good``."""
     gates: str = "example"
     """W5 gate set: ``example`` (speed-pool.yaml's) or ``regression`` (``policies.w5_regression_gates`` only)."""
     start_day: float | None = None
@@ -84,8 +87,8 @@ class ScenarioConfig:
             raise ValueError(f"unknown scenario {self.scenario!r}; choose from {', '.join(SCENARIOS)}")
         if self.scale <= 0 or self.compress <= 0:
             raise ValueError("scale and compress must be > 0")
-        if self.canary not in ("tpot", "errors", "good"):
-            raise ValueError(f"unknown canary {self.canary!r}; choose from tpot, errors, good")
+        if self.canary not in ("tpot", "ttft", "errors", "good"):
+            raise ValueError(f"unknown canary {self.canary!r}; choose from tpot, ttft, errors, good")
         if self.gates not in ("example", "regression"):
             raise ValueError(f"unknown gate set {self.gates!r}; choose from example, regression")
 
