@@ -35,7 +35,7 @@ from tandem.sim.metrics import DECODE, PREFILL
 from tandem.sim.oracle import Bounds, compute_bounds, request_floors, served_bounds
 from tandem.sim.physics import Roofline, ttft_budgets
 from tandem.sim.policies import PolicyContext, canonical, make_policy
-from tandem.sim.profile import Profile, profile_fleet
+from tandem.sim.profile import Profile, planning_profile, profile_fleet
 from tandem.sim.scenarios import ScenarioConfig, build_workload, event_window, install_hooks
 from tandem.sim.workload import Workload
 
@@ -93,8 +93,8 @@ class ScenarioRun:
     profile: Profile | None = None
 
 
-def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyContext:
-    """The pre-run knowledge every policy shares (bounds, offline profile, warm start)."""
+def make_context(params: SimParams, cap: Roofline, bounds: Bounds, profile: Profile | None = None) -> PolicyContext:
+    """The pre-run knowledge every policy shares (bounds, offline profile, warm start, the capacity profile)."""
     b = params.bounds
     peak_p, peak_d = bounds.peak
     max_instances = int(b.get("max_factor", 2.0) * (peak_p + peak_d) + b.get("max_extra", 2.0))
@@ -111,6 +111,9 @@ def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyCont
         profile_ratio=bounds.profile_ratio,
         initial=(init_p, init_d),
         mean_context=bounds.mean_context or 1.0,
+        capacity_profile=planning_profile(
+            cap, params, bounds.bound_hit_ratio * (profile.hit_efficiency if profile else 1.0), bounds.load_s
+        ),
     )
 
 
@@ -180,7 +183,7 @@ def prepare(
         f"hits {profile.hit_efficiency:.1%} of ideal; "
         f"SLO-feasible {bounds.demand.feasible_share:.1%} ({timing['bounds_s']:.1f} s)"
     )
-    ctx = make_context(params, cap, bounds)
+    ctx = make_context(params, cap, bounds, profile)
     errors = stream(seed, "errors").uniform(size=len(wl))
     return Prepared(
         config,
