@@ -376,6 +376,8 @@ def update_forecast(state: ForecastState, now: float, need: float, lead_s: float
 
 MAX_CORRECTION: Final = 3.0
 """A model wrong by more than 3× is a wrong profile, not something to paper over with headroom."""
+MAX_CORRECTION_STEP: Final = 1.1
+"""Largest raise per evaluation: ×2 takes ≥ 7 evaluations (3.5 min at 30 s), within one load time."""
 CORRECTION_DECAY: Final = 0.97
 """Per evaluation above target: back to 1 over ~20 min at 30 s (slowly: a correction that was needed
 once is likely needed again at the next peak)."""
@@ -383,14 +385,14 @@ once is likely needed again at the next peak)."""
 
 def update_correction(correction: float, attainment: float | None, target: float, queued: bool) -> float:
     """The multiplier on one role's modelled need, from measured attainment (Dynamo's planner uses the same
-    observed/expected correction). Below target while requests queue → raise by the shortfall (×(1 + 10 ×
-    missed share), at most ×1.5 per step), above target → decay toward 1. No data → unchanged.
-    A miss without a queue is not a capacity miss (the prompt's own service time), so it does not raise it.
-    Example: target 99 %, attainment 95 %, queued → ×1.4."""
+    observed/expected correction). Below target while requests queue → raise by the shortfall (×(1 + 2 ×
+    missed share), at most ×1.1 per step: one window of a few hundred requests is noisy), above target →
+    decay toward 1. No data → unchanged. A miss without a queue is not a capacity miss (the prompt's own
+    service time), so it does not raise it. Example: target 99 %, attainment 95 %, queued → ×1.08."""
     if attainment is None or not math.isfinite(attainment):
         return correction
     if attainment < target and queued:
-        step = min(1.5, 1.0 + 10.0 * (target - attainment))
+        step = min(MAX_CORRECTION_STEP, 1.0 + 2.0 * (target - attainment))
         return min(MAX_CORRECTION, correction * step)
     if attainment >= target:
         return max(1.0, correction * CORRECTION_DECAY)

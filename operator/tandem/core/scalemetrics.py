@@ -45,9 +45,11 @@ PER_POD = (RUNNING, WAITING, KV)
 WORK_KEYS = (REQUEST_RATE, PROMPT_RATE, CACHE_HIT_RATIO, GENERATION_RATE, TTFT_ATTAINMENT, TPOT_ATTAINMENT)
 ROUTER_SLO_METRIC = "tandem_router_slo_requests_total"
 """Router counter (to be added by the router: labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
-met|missed): one increment per request and SLO, the TTFT budget by prompt size
+met|missed|service_bound): one increment per request and SLO, the TTFT budget by prompt size
 (:func:`tandem.core.capacity.ttft_budget`), TPOT from the request's own first/last token times; rejects and
-timeouts are ``missed``. Until the router exports it the attainment queries return nothing and work planning
+timeouts are ``missed``; a TTFT miss whose prefill leg alone exceeded the budget is ``service_bound`` (left
+out of the attainment the autoscaler corrects on: more capacity would not have helped it).
+Until the router exports it the attainment queries return nothing and work planning
 runs on the model alone (no correction)."""
 DEMAND_OUTCOMES_EXCLUDED = "bad_request|no_pool|client_gone"
 """Router outcomes that are not demand on the pool (malformed, unroutable or abandoned requests)."""
@@ -69,7 +71,8 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
 
     def attainment(slo: str) -> str:
         met = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result="met"}}[{window}]))'
-        return f'{met} / sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}"}}[{window}]))'
+        scored = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result!="service_bound"}}[{window}]))'
+        return f"{met} / {scored}"
 
     return {
         REQUEST_RATE: (

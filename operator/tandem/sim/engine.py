@@ -459,6 +459,7 @@ class Simulation:
                 "tpot_count",
                 "slo_outcomes",
                 "ttft_met",
+                "ttft_service_bound",
                 "tpot_met",
             ),
             0.0,
@@ -1232,6 +1233,8 @@ class Simulation:
             slo = self.p.slo
             budget = ttft_budget(req.inp, slo.ttft_short_s, slo.ttft_long_s, slo.l_short_tokens, slo.l_long_tokens)
             c["ttft_met"] += ttft <= budget
+            # its own prefill (fetch + compute, no queue) already exceeded the budget: no capacity helps
+            c["ttft_service_bound"] += ttft > budget and req.service >= budget
             c["tpot_met"] += req.out <= 1 or tpot <= slo.tpot_s
         c["slo_outcomes"] += 1
         self.res_ttft[i] = ttft

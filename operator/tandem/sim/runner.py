@@ -233,6 +233,9 @@ def run_policy(prep: Prepared, name: str, progress: Callable[[str], None] | None
     reasons = getattr(policy, "reasons", None)
     if isinstance(reasons, dict):
         extra["decision_reasons"] = dict(sorted(reasons.items()))
+    log = getattr(policy, "log", None)
+    if isinstance(log, list):
+        extra["decision_log"] = log
     say(
         f"{key}: {wall:.1f} s wall, {len(wl) / max(wall, 1e-9):,.0f} req/s simulated; "
         f"GPUh {metrics['gpuh']['total']:.1f} = {metrics['gpuh_over_o1']:.2f} x its O1; attainment on feasible "

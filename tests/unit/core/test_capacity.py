@@ -196,9 +196,9 @@ def test_forecast_ahead_and_peak_never_below_now(needs: list[float]) -> None:
 @pytest.mark.parametrize(
     ("corr", "att", "queued", "want"),
     [
-        pytest.param(1.0, 0.95, True, 1.4, id="shortfall with a queue raises"),
-        pytest.param(1.0, 0.5, True, 1.5, id="raise capped per step"),
-        pytest.param(2.9, 0.5, True, 3.0, id="capped overall"),
+        pytest.param(1.0, 0.95, True, 1.08, id="shortfall with a queue raises"),
+        pytest.param(1.0, 0.5, True, 1.1, id="raise capped per step"),
+        pytest.param(2.95, 0.5, True, 3.0, id="capped overall"),
         pytest.param(1.0, 0.95, False, 1.0, id="miss without a queue is not capacity"),
         pytest.param(2.0, 0.999, True, 1.94, id="above target decays"),
         pytest.param(1.0, 1.0, False, 1.0, id="never below 1"),

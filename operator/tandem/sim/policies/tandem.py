@@ -45,6 +45,8 @@ from tandem.sim.config import deep_merge
 from tandem.sim.metrics import PREFILL, Observation
 from tandem.sim.policies.base import FleetTarget, PolicyContext, Topology, unit_shape
 
+LOG_METRICS = ("pairsNeeded", "prefillNeed", "decodeNeed", "attainment")
+
 
 def build_spec(ctx: PolicyContext, ttft_p95_ms: int) -> AutoscalingSpec:
     """The pool's ``spec.autoscaling`` from ``policies.tandem_pool`` with the run's shared bounds."""
@@ -113,6 +115,8 @@ class TandemAutoscaler:
         self.pairs = max(1, math.ceil(max(p0 / self.shape[0], d0 / self.shape[1])))
         self.last_reason = ""
         self.reasons: dict[str, int] = {}
+        self.log: list[dict[str, Any]] = []
+        """Decision log: every evaluation's time, pairs asked, Ready pairs, reason and the metrics behind it."""
 
     def initial_target(self) -> FleetTarget:
         return FleetTarget(pairs=self.pairs, shape=self.shape)
@@ -158,6 +162,15 @@ class TandemAutoscaler:
         decision, self.state = compute_desired_pairs(self.policy, context, snap, self.state, obs.now)
         self.last_reason = decision.reason
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
+        self.log.append(
+            {
+                "t": round(obs.now, 1),
+                "pairs": decision.desired_pairs,
+                "ready": obs.serving_pairs_scraped,
+                "reason": decision.reason,
+                "metrics": {k: decision.metrics[k] for k in LOG_METRICS if k in decision.metrics},
+            }
+        )
         pairs = decision.desired_pairs
         ratio, self.ratio_state = compute_role_ratio(
             self.policy, self.shape, snap, self.ratio_state, obs.now, hold=obs.shape_rollout
