@@ -25,6 +25,7 @@ import numpy as np
 from tandem.sim.engine import STATUS_OK
 from tandem.sim.metrics import DECODE, PREFILL
 from tandem.sim.physics import ttft_budgets
+from tandem.sim.policies import POLICY_WORDS
 from tandem.sim.runner import ScenarioRun, code_revision
 
 RESULTS_VERSION = 1
@@ -233,6 +234,10 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         f"Code {doc['code_revision']}, config {doc['config_hash']}. Workload: {w['requests']:,} requests, "
         f"{w['input_tokens']:,} input and {w['output_tokens']:,} output tokens over "
         f"{w['duration_s'] / 3600:.1f} h simulated.",
+        "",
+        "Policies (same scraped metrics, load times, router and bounds for all):",
+        "",
+        *(f"- {POLICY_WORDS[p]}" for p in doc["policies"] if p in POLICY_WORDS),
         "",
         "## Bounds",
         "",
