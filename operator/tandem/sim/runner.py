@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tandem.sim.config import SimParams, config_hash
+from tandem.sim.decisionlog import decision_log_summary
 from tandem.sim.engine import (
     STATUS_OK,
     STATUS_REJECTED,
@@ -235,7 +236,10 @@ def run_policy(prep: Prepared, name: str, progress: Callable[[str], None] | None
         extra["decision_reasons"] = dict(sorted(reasons.items()))
     log = getattr(policy, "log", None)
     if isinstance(log, list):
+        spec = getattr(policy, "spec", None)
+        max_pairs = getattr(spec, "max_pairs", None)
         extra["decision_log"] = log
+        extra["decision_log_summary"] = decision_log_summary(log, max_pairs, prep.bounds.load_s)
     say(
         f"{key}: {wall:.1f} s wall, {len(wl) / max(wall, 1e-9):,.0f} req/s simulated; "
         f"GPUh {metrics['gpuh']['total']:.1f} = {metrics['gpuh_over_o1']:.2f} x its O1; attainment on feasible "
