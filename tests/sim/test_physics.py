@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.core.capacity import mdl_rho_max, ttft_budget
 from tandem.sim.config import load_params
-from tandem.sim.physics import ProfileTable, Roofline, mdl_rho_max, ttft_budget
+from tandem.sim.physics import ProfileTable, Roofline
 
 pytestmark = pytest.mark.unit
 

@@ -475,6 +475,48 @@ class RatioAdjustment(ApiModel):
     """Most decode instances per pair group."""
 
 
+class PrefillCapacityPoint(ApiModel):
+    """One prefill instance's throughput at a mean prompt length (from a benchmark of this stack version)."""
+
+    prompt_tokens: Annotated[int, Field(ge=1, le=10_000_000)]
+    """Mean prompt length (total tokens, cached and uncached) the point was measured at."""
+    uncached_tokens_per_second: Annotated[int, Field(ge=1, le=100_000_000)]
+    """Uncached prompt tokens per second one prefill instance computes at that length."""
+
+
+class DecodeCapacityPoint(ApiModel):
+    """One decode instance's capacity at the TPOT target for a mean context."""
+
+    context_tokens: Annotated[int, Field(ge=1, le=10_000_000)]
+    """Mean context (prompt + half the output) the point was measured at."""
+    streams: Annotated[int, Field(ge=1, le=4096)]
+    """Concurrent sequences one decode instance holds within the TPOT target."""
+    tokens_per_second: Annotated[int, Field(ge=1, le=100_000_000)]
+    """Generated tokens per second of one decode instance at that batch."""
+
+
+class CapacityProfileSpec(ApiModel):
+    """What one instance of each role does at the SLO, for this pool's stack version. When set, the autoscaler
+    plans pairs from the work (uncached prompt tokens/s, decode streams and tokens/s) with a queue model and a
+    forecast over the load time, and uses measured SLO attainment to correct the model
+    (docs/design/012-autoscaler.md); the latency and utilization targets are then reported, not scaled on."""
+
+    prefill: Annotated[list[PrefillCapacityPoint], Field(min_length=1, max_length=16)]
+    """Prefill throughput by prompt length; interpolated linearly, clamped at the ends."""
+    decode: Annotated[list[DecodeCapacityPoint], Field(min_length=1, max_length=16)]
+    """Decode capacity by context; interpolated linearly, clamped at the ends."""
+    load_time: Duration = "300s"
+    """Time from scheduling a new instance to Ready (model load): how far ahead the autoscaler forecasts, and
+    how long a need is kept before its capacity is released."""
+    attainment_percent: Annotated[int, Field(ge=50, le=100)] = 99
+    """Share of requests that must meet their TTFT budget (1 s up to 8k prompt tokens, 3 s at 262k, linear
+    between) and the TPOT target; rejected and timed-out requests count as misses."""
+    burst_headroom_percent: Annotated[int, Field(ge=0, le=400)] = 20
+    """Capacity kept above the forecast need for bursts shorter than the load time."""
+    ttft_overhead_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
+    """Time to first token outside prefill (routing, P→D transfer, first decode step)."""
+
+
 class AutoscalingSpec(ApiModel):
     """SLO-driven scaling of whole pair groups."""
 
@@ -507,6 +549,9 @@ class AutoscalingSpec(ApiModel):
     waiting, percent of one request; 50 = 0.5) is service-time bound: long uncached prompts, no queue that
     more pairs would shorten. Such a breach then neither adds pairs nor vetoes a scale-down, and the status
     says HoldTTFTServiceBound. 0 turns the rule off (every TTFT breach scales up)."""
+    capacity_profile: CapacityProfileSpec | None = None
+    """Plan from the work with this capacity profile (queue model, forecast, attainment); unset keeps the
+    latency- and utilization-driven rule."""
 
 
 # --- rollout ---------------------------------------------------------------------------------

@@ -67,9 +67,21 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final, Literal
 
-from tandem.api.pool import AutoscalingSpec, RatioAdjustment, ScalingRule
+from tandem.api.pool import AutoscalingSpec, CapacityProfileSpec, RatioAdjustment, ScalingRule
 from tandem.api.pool_status import ScalingDecision
 from tandem.api.quantity import parse_duration
+from tandem.core.capacity import (
+    CapacityProfile,
+    DecodePoint,
+    ForecastState,
+    PrefillPoint,
+    WorkDemand,
+    decode_need,
+    pairs_for,
+    prefill_need,
+    update_correction,
+    update_forecast,
+)
 
 Role = Literal["prefill", "decode"]
 Completeness = Literal["complete", "partial", "none"]
@@ -93,6 +105,11 @@ REASON_HOLD_CAPACITY_FIRST: Final = "HoldCapacityFirst"
 REASON_HOLD_CAPACITY_PENDING: Final = "HoldCapacityPending"
 REASON_HOLD_NO_TARGETS: Final = "HoldNoTargets"
 REASON_HOLD_SERVICE_BOUND: Final = "HoldTTFTServiceBound"
+REASON_SCALE_UP_WORK: Final = "ScaleUpWork"
+REASON_SCALE_UP_AHEAD: Final = "ScaleUpAhead"
+REASON_SCALE_DOWN_WORK: Final = "ScaleDownWork"
+REASON_HOLD_LEAD_TIME: Final = "HoldLeadTime"
+REASON_HOLD_WORK_COVERED: Final = "HoldWorkCovered"
 REASON_AT_MAX_PAIRS: Final = "AtMaxPairs"
 REASON_AT_MIN_PAIRS: Final = "AtMinPairs"
 REASON_LIMITED_BY_CAPACITY: Final = "LimitedByCapacity"
@@ -114,6 +131,8 @@ METRIC_TPOT: Final = "tpotP90"
 METRIC_KV_CACHE: Final = "kvCacheUtilization"
 METRIC_IN_FLIGHT_PREFILL: Final = "inFlightPrefill"
 METRIC_IN_FLIGHT_DECODE: Final = "inFlightDecode"
+METRIC_WORK: Final = "work"
+METRIC_WORK_AHEAD: Final = "workAhead"
 LATENCY_METRICS: Final = (METRIC_TTFT, METRIC_TPOT)
 LOAD_METRICS: Final = (METRIC_KV_CACHE, METRIC_IN_FLIGHT_PREFILL, METRIC_IN_FLIGHT_DECODE)
 # Demand proxies a latency breach may tighten: smooth decode-side gauges. Prefill in-flight is left out:
@@ -125,6 +144,8 @@ _SCALE_UP_REASON: Final = {
     METRIC_KV_CACHE: REASON_SCALE_UP_KV_CACHE,
     METRIC_IN_FLIGHT_PREFILL: REASON_SCALE_UP_IN_FLIGHT,
     METRIC_IN_FLIGHT_DECODE: REASON_SCALE_UP_IN_FLIGHT,
+    METRIC_WORK: REASON_SCALE_UP_WORK,
+    METRIC_WORK_AHEAD: REASON_SCALE_UP_AHEAD,
 }
 _WARNING_REASONS: Final = frozenset(
     {REASON_HOLD_NO_DATA, REASON_HOLD_PARTIAL_DATA, REASON_AT_MAX_PAIRS, REASON_LIMITED_BY_CAPACITY}
@@ -136,6 +157,7 @@ DEFAULT_LEARN_HOLD_S: Final = 1800.0
 DEFAULT_MAX_LATENCY_RATIO: Final = 2.0
 DEFAULT_SERVICE_BOUND_IN_FLIGHT: Final = 0.5
 _NO_RATIO: Final = RatioAdjustment()
+_NO_FORECAST: Final = ForecastState()
 _MIN_CEILING: Final = 0.05  # learned ceilings never go below 5 % of the configured target
 
 
@@ -164,6 +186,18 @@ class PoolSample:
     tpot_p90_s: float | None = None
     local_hit_ratio: float | None = None
     """Informational: recorded with the decision, not scaled on (its effect shows up in TTFT)."""
+    request_rate: float | None = None
+    """Requests/s reaching the pool (router: every outcome, rejects included). Work planning only."""
+    prompt_tokens_rate: float | None = None
+    """Prompt tokens/s (`vllm:prompt_tokens_total`, prefill instances). Work planning only."""
+    cache_hit_ratio: float | None = None
+    """Share of prompt tokens served from a cache, local and shared tier (0-1). Work planning only."""
+    generation_tokens_rate: float | None = None
+    """Generated tokens/s (`vllm:generation_tokens_total`, decode instances). Work planning only."""
+    ttft_attainment: float | None = None
+    """Share of requests within their TTFT budget by prompt size (rejects and timeouts are misses)."""
+    tpot_attainment: float | None = None
+    """Share of requests within the TPOT target (rejects and timeouts are misses)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +228,8 @@ class ScaleContext:
     """Pending pairs allowed above what capacity can place (spec.rollout.maxSurge)."""
     hold_scale_down: bool = False
     """Set by the caller during a rollback or while new capacity is not yet Ready: no scale-down."""
+    shape: tuple[int, int] = (1, 1)
+    """Instances per pair group (prefill, decode): work planning turns per-role needs into groups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +248,35 @@ class StepRule:
             period_s=parse_duration(rule.period),
             max_pairs=rule.max_pairs,
             max_percent=rule.max_percent,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkPlanning:
+    """`spec.autoscaling.capacityProfile` compiled: the profile and the planning knobs (fractions, seconds)."""
+
+    profile: CapacityProfile
+    attainment: float = 0.99
+    burst_headroom: float = 0.2
+    ttft_overhead_s: float = 0.05
+
+    @property
+    def lead_s(self) -> float:
+        return self.profile.load_time_s
+
+    @classmethod
+    def from_spec(cls, spec: CapacityProfileSpec, version: str = "") -> WorkPlanning:
+        profile = CapacityProfile(
+            version=version,
+            prefill=tuple(PrefillPoint(p.prompt_tokens, p.uncached_tokens_per_second) for p in spec.prefill),
+            decode=tuple(DecodePoint(d.context_tokens, d.streams, d.tokens_per_second) for d in spec.decode),
+            load_time_s=parse_duration(spec.load_time),
+        )
+        return cls(
+            profile=profile,
+            attainment=spec.attainment_percent / 100,
+            burst_headroom=spec.burst_headroom_percent / 100,
+            ttft_overhead_s=spec.ttft_overhead_ms / 1000,
         )
 
 
@@ -241,6 +306,8 @@ class AutoscalePolicy:
     max_latency_ratio: float = DEFAULT_MAX_LATENCY_RATIO
     """Cap on a latency's ratio in the scale-up rule: past saturation a latency measures the queue, not the
     shortfall, so one breach may at most multiply the *ready* pairs by this (not in the API yet)."""
+    work: WorkPlanning | None = None
+    """Work planning (spec.autoscaling.capacityProfile); None keeps the latency/utilization rule."""
 
     @classmethod
     def from_spec(
@@ -270,6 +337,7 @@ class AutoscalePolicy:
             learn_hold_s=max(DEFAULT_LEARN_HOLD_S, 6 * down.window_s) if learn_hold_s is None else learn_hold_s,
             max_latency_ratio=max_latency_ratio,
             service_bound_in_flight=spec.ttft_service_bound_in_flight_percent / 100,
+            work=None if spec.capacity_profile is None else WorkPlanning.from_spec(spec.capacity_profile),
         )
 
     def target(self, metric: str) -> float | None:
@@ -319,6 +387,16 @@ class LearnedCeiling:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkState:
+    """Per role: the forecast of the need (instances) and the attainment correction on the model."""
+
+    prefill: ForecastState = _NO_FORECAST
+    decode: ForecastState = _NO_FORECAST
+    prefill_correction: float = 1.0
+    decode_correction: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class AutoscaleState:
     """Everything the policy remembers between calls. Empty after an operator restart (by design).
 
@@ -334,6 +412,8 @@ class AutoscaleState:
     learned: tuple[LearnedCeiling, ...] = ()
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
+    work: WorkState | None = None
+    """Work planning's forecasts and corrections (None until its first evaluation)."""
 
     def without_learned(self) -> AutoscaleState:
         """Forget learned ceilings (e.g. when the stable revision changes: capacity per pair is per revision)."""
@@ -836,6 +916,10 @@ def compute_desired_pairs(
     if corrected is not None:
         return corrected
 
+    # (4b) Work planning (a declared capacity profile) replaces the per-metric rule below.
+    if policy.work is not None:
+        return _plan_work(ev, policy.work, metrics)
+
     # (5) Nothing to scale on: hold, and restart the down window on missing/partial data or a hold.
     if not policy.configured:
         return ev.hold(REASON_HOLD_NO_TARGETS, "no SLO target is set")
@@ -883,6 +967,91 @@ def compute_desired_pairs(
     if bound_note:
         return ev.hold(REASON_HOLD_SERVICE_BOUND, bound_note)
     return ev.hold(REASON_HOLD_WITHIN_TOLERANCE, f"every metric within {_num(policy.tolerance * 100)}% or below target")
+
+
+# --- work planning -------------------------------------------------------------------------------
+
+
+def work_demand(metrics: MetricsSnapshot) -> WorkDemand | None:
+    """The pool's work from one snapshot, or None when an input is missing (module docstring of
+    :mod:`tandem.core.capacity`). Decode streams are the decode instances' running + waiting."""
+    pool = metrics.pool
+    values = (pool.request_rate, pool.prompt_tokens_rate, pool.generation_tokens_rate)
+    if any(not _valid(v) for v in values):
+        return None
+    streams = 0.0
+    for inst in metrics.instances:
+        if inst.role == "decode":
+            streams += (inst.running or 0.0) + (inst.waiting or 0.0)
+    hit = pool.cache_hit_ratio if _valid(pool.cache_hit_ratio, 1.0) else 0.0
+    return WorkDemand(
+        request_rate=pool.request_rate or 0.0,
+        prompt_tokens_per_s=pool.prompt_tokens_rate or 0.0,
+        hit_ratio=hit or 0.0,
+        generation_tokens_per_s=pool.generation_tokens_rate or 0.0,
+        decode_streams=streams,
+    )
+
+
+def _plan_work(
+    ev: _Evaluation, work: WorkPlanning, metrics: MetricsSnapshot
+) -> tuple[AutoscaleDecision, AutoscaleState]:
+    """Pairs from the work (docs/design/012-autoscaler.md), with the same bounds, step limits and capacity
+    rules as the metric rule:
+
+    1. need_r = queue-model instances for role r at the attainment target × the role's attainment correction
+       × (1 + burst headroom);
+    2. forecast each need ``lead`` (the load time) ahead; scale up to the pairs the forecast needs
+       (ScaleUpAhead when the forecast, not the need now, asks for more);
+    3. scale down only to the pairs of the largest need seen within the lead time (capacity released now
+       cannot be back sooner), never below the need now; the metric rule's down window and step limits apply.
+    """
+    now, cur, shape = ev.now, ev.cur, ev.context.shape
+    st = ev.state.work or WorkState()
+    demand = work_demand(metrics)
+    if demand is None or (ev.context.ready_pairs == 0 and demand.request_rate <= 0):
+        ev.block_down()
+        return ev.hold(REASON_HOLD_NO_DATA, f"no work data (request, prompt or generation rate missing): holding {cur}")
+    pool = metrics.pool
+    prefill_waiting = sum((i.waiting or 0.0) for i in metrics.instances if i.role == "prefill")
+    p_corr = update_correction(st.prefill_correction, pool.ttft_attainment, work.attainment, prefill_waiting > 0)
+    d_corr = update_correction(st.decode_correction, pool.tpot_attainment, work.attainment, True)
+    p = prefill_need(demand, work.profile, work.attainment, work.ttft_overhead_s)
+    d = decode_need(demand, work.profile, work.attainment)
+    head = 1.0 + work.burst_headroom
+    p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, work.lead_s)
+    d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, work.lead_s)
+    ev.state = replace(ev.state, work=WorkState(p_state, d_state, p_corr, d_corr))
+    need_now = pairs_for(p_fc.now, d_fc.now, shape)
+    ahead = pairs_for(p_fc.ahead, d_fc.ahead, shape)
+    keep = max(need_now, pairs_for(p_fc.recent_peak, d_fc.recent_peak, shape))
+    ev.rec = ahead
+    ev.out = {
+        "readyPairs": str(ev.context.ready_pairs),
+        "recommendation": str(ahead),
+        "prefillNeed": f"{p_fc.now:.2f} now, {p_fc.ahead:.2f} ahead (load {p.load:.2f}, x{p_corr:.2f})",
+        "decodeNeed": f"{d_fc.now:.2f} now, {d_fc.ahead:.2f} ahead (load {d.load:.2f}, x{d_corr:.2f})",
+        "pairsNeeded": f"{need_now} now, {ahead} ahead, {keep} kept",
+        "attainment": f"ttft {_opt(pool.ttft_attainment)} tpot {_opt(pool.tpot_attainment)}",
+    }
+    why = (
+        f"work {demand.uncached_tokens_per_s:.0f} uncached tok/s, {demand.decode_streams:.0f} streams; "
+        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {ev.policy.work.lead_s if ev.policy.work else 0:.0f}s"
+    )
+    if cur < ahead:
+        return ev.scale_up(ahead, METRIC_WORK if ahead <= need_now else METRIC_WORK_AHEAD, why)
+    if cur > keep:
+        decision, state = ev.scale_down(keep, why)
+        if decision.reason == REASON_SCALE_DOWN_IDLE:
+            decision = replace(decision, reason=REASON_SCALE_DOWN_WORK)
+        return decision, state
+    if cur > need_now:
+        return ev.hold(REASON_HOLD_LEAD_TIME, f"{why}: {need_now} pairs would do now, {keep} kept for the lead time")
+    return ev.hold(REASON_HOLD_WORK_COVERED, f"{why}: {cur} pairs cover it")
+
+
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 # --- P:D ratio adjustment ------------------------------------------------------------------------

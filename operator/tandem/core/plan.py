@@ -321,6 +321,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             hold_scale_down=decision.status.phase == "RollingBack"
             or bool(actions.creates)
             or serving < status.pairs.current,
+            shape=(spec.pairs.prefill.instances, spec.pairs.decode.instances),
         )
         scaled, autoscale_state = compute_desired_pairs(
             spec.autoscaling,

@@ -35,7 +35,24 @@ KV = "kv"
 TTFT_P95 = "ttft_p95"
 TPOT_P90 = "tpot_p90"
 HIT_RATIO = "hit_ratio"
+REQUEST_RATE = "request_rate"
+PROMPT_RATE = "prompt_rate"
+CACHE_HIT_RATIO = "cache_hit_ratio"
+GENERATION_RATE = "generation_rate"
+TTFT_ATTAINMENT = "ttft_attainment"
+TPOT_ATTAINMENT = "tpot_attainment"
 PER_POD = (RUNNING, WAITING, KV)
+WORK_KEYS = (REQUEST_RATE, PROMPT_RATE, CACHE_HIT_RATIO, GENERATION_RATE, TTFT_ATTAINMENT, TPOT_ATTAINMENT)
+ROUTER_SLO_METRIC = "tandem_router_slo_requests_total"
+"""Router counter (to be added by the router: labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
+met|missed|service_bound): one increment per request and SLO, the TTFT budget by prompt size
+(:func:`tandem.core.capacity.ttft_budget`), TPOT from the request's own first/last token times; rejects and
+timeouts are ``missed``; a TTFT miss whose prefill leg alone exceeded the budget is ``service_bound`` (left
+out of the attainment the autoscaler corrects on: more capacity would not have helped it).
+Until the router exports it the attainment queries return nothing and work planning
+runs on the model alone (no correction)."""
+DEMAND_OUTCOMES_EXCLUDED = "bad_request|no_pool|client_gone"
+"""Router outcomes that are not demand on the pool (malformed, unroutable or abandoned requests)."""
 
 
 def _sel(namespace: str, pool: str, role: str | None = None) -> str:
@@ -45,8 +62,37 @@ def _sel(namespace: str, pool: str, role: str | None = None) -> str:
     return ",".join(parts)
 
 
-def scaling_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
-    """The queries of one autoscaling evaluation, by key."""
+def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
+    """The work-planning queries (spec.autoscaling.capacityProfile), by key: the pool's request rate from the
+    router (rejects included: they are demand), prompt and generated tokens/s from the engines, the share of
+    prompt tokens served from a cache (local + shared tier) and the router's per-request SLO attainment."""
+    dec, pre = _sel(namespace, pool, "decode"), _sel(namespace, pool, "prefill")
+    router = f'pool="{namespace}/{pool}"'
+
+    def attainment(slo: str) -> str:
+        met = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result="met"}}[{window}]))'
+        scored = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result!="service_bound"}}[{window}]))'
+        return f"{met} / {scored}"
+
+    return {
+        REQUEST_RATE: (
+            f'sum(rate(tandem_router_requests_total{{{router},outcome!~"{DEMAND_OUTCOMES_EXCLUDED}"}}[{window}]))'
+        ),
+        PROMPT_RATE: f"sum(rate(vllm:prompt_tokens_total{{{pre}}}[{window}]))",
+        CACHE_HIT_RATIO: (
+            f"(sum(rate(vllm:prefix_cache_hits_total{{{pre}}}[{window}])) + "
+            f"(sum(rate(vllm:external_prefix_cache_hits_total{{{pre}}}[{window}])) or vector(0))) / "
+            f"sum(rate(vllm:prefix_cache_queries_total{{{pre}}}[{window}]))"
+        ),
+        GENERATION_RATE: f"sum(rate(vllm:generation_tokens_total{{{dec}}}[{window}]))",
+        TTFT_ATTAINMENT: attainment("ttft"),
+        TPOT_ATTAINMENT: attainment("tpot"),
+    }
+
+
+def scaling_queries(namespace: str, pool: str, window: str, *, work: bool = False) -> dict[str, str]:
+    """The queries of one autoscaling evaluation, by key (``work``: plus :func:`work_queries`)."""
+    extra = work_queries(namespace, pool, window) if work else {}
     sel, dec, pre = _sel(namespace, pool), _sel(namespace, pool, "decode"), _sel(namespace, pool, "prefill")
     return {
         RUNNING: f"max by (pod) (vllm:num_requests_running{{{sel}}})",
@@ -63,6 +109,7 @@ def scaling_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
             f"sum(rate(vllm:prefix_cache_hits_total{{{pre}}}[{window}])) / "
             f"sum(rate(vllm:prefix_cache_queries_total{{{pre}}}[{window}]))"
         ),
+        **extra,
     }
 
 
@@ -182,6 +229,12 @@ def build_snapshot(
             ttft_p95_s=scalar(TTFT_P95),
             tpot_p90_s=scalar(TPOT_P90),
             local_hit_ratio=scalar(HIT_RATIO),
+            request_rate=scalar(REQUEST_RATE),
+            prompt_tokens_rate=scalar(PROMPT_RATE),
+            cache_hit_ratio=scalar(CACHE_HIT_RATIO),
+            generation_tokens_rate=scalar(GENERATION_RATE),
+            ttft_attainment=scalar(TTFT_ATTAINMENT),
+            tpot_attainment=scalar(TPOT_ATTAINMENT),
         ),
         expected_prefill=prefill,
         expected_decode=decode,

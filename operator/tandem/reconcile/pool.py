@@ -303,7 +303,9 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
     freshness: Freshness | None = None
     if provider is not None:
         window = f"{int(max(parse_duration(spec.interval), 4 * snapshot.scrape_interval_s))}s"
-        queries = scaling_queries(pool.metadata.namespace, pool.metadata.name, window)
+        queries = scaling_queries(
+            pool.metadata.namespace, pool.metadata.name, window, work=spec.capacity_profile is not None
+        )
         fresh = freshness_queries(queries)  # the answers are stamped with the evaluation time: ask separately
         asked = [*queries.values(), *fresh.values()]
         timeout = min(10.0, parse_duration(spec.interval) / 2)

@@ -40,7 +40,7 @@ import numpy as np
 from tandem.benchcli import bench_subparsers
 from tandem.sim import w5seeds
 from tandem.sim.config import SimParams, config_hash, load_params
-from tandem.sim.policies import POLICIES
+from tandem.sim.policies import POLICIES, POLICY_WORDS
 from tandem.sim.report import clean, results
 from tandem.sim.rollout import ARMS, W5Run, run_w5
 from tandem.sim.runner import ScenarioRun, code_revision, run
@@ -397,6 +397,10 @@ def markdown(doc: dict[str, Any]) -> str:
         "realistic ratios are well above 1. **Model O1** is benchmarks.md §4's planning model (M/D/1 headroom, "
         "TPOT-feasible batch, profiled prefill cost): a realistic floor, not a bound.",
         "- `÷ Bx` = this policy's GPU-hours / Bx's GPU-hours (< 1: cheaper than Bx).",
+        "",
+        "The policies (every one sees the same scraped metrics, load times, router and bounds):",
+        "",
+        *(f"- {text}" for text in POLICY_WORDS.values()),
         "",
     ]
     for sc, sd in doc["scenarios"].items():

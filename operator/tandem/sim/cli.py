@@ -37,7 +37,19 @@ def register(subparsers: Any) -> None:
     sim = subparsers.add_parser("sim", help="offline fleet simulator (benchmarks.md)")
     sub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     run = sub.add_parser("run", help="simulate one scenario for one or more policies")
-    run.add_argument("--scenario", required=True, choices=SCENARIOS)
+    run.add_argument("--scenario", choices=SCENARIOS, help="required unless --trace is given (then W1)")
+    run.add_argument(
+        "--trace",
+        type=Path,
+        help="W1 on your own trace: a JSONL file in the documented format (timestamp ms, input_length, "
+        "output_length, hash_ids per 512-token block)",
+    )
+    run.add_argument("--scale-to", type=float, metavar="RPS", help="W1: copies = RPS / the trace's mean rate")
+    run.add_argument(
+        "--decorrelate",
+        action="store_true",
+        help="W1: shift each copy independently around the trace's span, so copies of one burst do not stack",
+    )
     run.add_argument(
         "--policy",
         default="all",
@@ -68,11 +80,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     preset = PROFILES.get(args.profile or "", {})
     scale = args.scale if args.scale is not None else preset.get("scale", 0.05)
     compress = args.compress if args.compress is not None else preset.get("compress", 1.0)
-    if args.scenario == "W1":
+    scenario = args.scenario or ("W1" if args.trace else None)
+    if scenario is None:
+        print("tandem sim: give --scenario or --trace", file=sys.stderr)
+        return 2
+    if args.trace is not None and (scenario != "W1" or not args.trace.is_file()):
+        print(f"tandem sim: --trace needs an existing file and scenario W1 (got {args.trace})", file=sys.stderr)
+        return 2
+    if scenario == "W1":
         compress = 1.0
     try:
         names = list(POLICIES) if args.policy == "all" else [canonical(p.strip()) for p in args.policy.split(",")]
-        config = ScenarioConfig(args.scenario, scale=scale, compress=compress, days=args.days, copies=args.copies)
+        config = ScenarioConfig(
+            scenario,
+            scale=scale,
+            compress=compress,
+            days=args.days,
+            copies=args.copies,
+            trace_file=str(args.trace) if args.trace else None,
+            scale_to_rps=args.scale_to,
+            decorrelate=args.decorrelate,
+        )
     except ValueError as exc:
         print(f"tandem sim: {exc}", file=sys.stderr)
         return 2

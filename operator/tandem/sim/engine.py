@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tandem.core.capacity import ttft_budget
 from tandem.routing import (
     Admission,
     Outcome,
@@ -456,6 +457,10 @@ class Simulation:
                 "ttft_count",
                 "tpot_sum",
                 "tpot_count",
+                "slo_outcomes",
+                "ttft_met",
+                "ttft_service_bound",
+                "tpot_met",
             ),
             0.0,
         )
@@ -1224,6 +1229,14 @@ class Simulation:
         else:
             self.res_status[i] = STATUS_OK
             c["success"] += 1
+            # the router's per-request SLO outcome (budget by prompt size; engine errors are misses)
+            slo = self.p.slo
+            budget = ttft_budget(req.inp, slo.ttft_short_s, slo.ttft_long_s, slo.l_short_tokens, slo.l_long_tokens)
+            c["ttft_met"] += ttft <= budget
+            # its own prefill (fetch + compute, no queue) already exceeded the budget: no capacity helps
+            c["ttft_service_bound"] += ttft > budget and req.service >= budget
+            c["tpot_met"] += req.out <= 1 or tpot <= slo.tpot_s
+        c["slo_outcomes"] += 1
         self.res_ttft[i] = ttft
         self.res_tpot[i] = tpot
         self.res_done[i] = now
@@ -1253,6 +1266,7 @@ class Simulation:
         self.res_local[i] = req.local_tokens
         self.res_shared[i] = req.shared_tokens
         self.c["errors"] += 1
+        self.c["slo_outcomes"] += 1  # rejected, failed or timed out: a miss of both SLOs
         g = req.group
         rev = g.revision.name if g is not None else self.stable.name
         series = self.rev_series[rev]

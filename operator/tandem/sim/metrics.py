@@ -61,6 +61,10 @@ COUNTERS = (
     "ttft_count",
     "tpot_sum",  # vllm:request_time_per_output_token_seconds_sum
     "tpot_count",
+    "slo_outcomes",  # router: requests with an SLO outcome (finished, rejected, failed, timed out)
+    "ttft_met",  # router: of those, within their TTFT budget by prompt size
+    "ttft_service_bound",  # router: missed, but the request's own prefill leg already exceeded its budget
+    "tpot_met",  # router: of those, within the TPOT target
 )
 
 
@@ -248,6 +252,14 @@ class Observation:
     serving_instances_scraped: tuple[int, int] = (0, 0)
     shape_rollout: bool = False
     """Pair groups of more than one shape exist (a P:D change is being rolled out)."""
+    ttft_attainment: float | None = None
+    """Router: share of requests with an outcome in the window that met their TTFT budget (misses: rejects,
+    failures, timeouts and late first tokens), leaving out service-bound misses (the request's own prefill
+    leg took longer than its budget: a long uncached prompt no added capacity would speed up)."""
+    tpot_attainment: float | None = None
+    """Router: same for the TPOT target."""
+    cache_hit_ratio: float | None = None
+    """(local + external hit tokens) / prompt tokens queried: the share of prompt tokens not computed."""
 
     def role(self, role: int) -> RoleState:
         return self.prefill if role == PREFILL else self.decode
@@ -356,4 +368,9 @@ def observe(
         instances=new.instances,
         serving_pairs_scraped=new.serving_pairs,
         serving_instances_scraped=new.serving_instances,
+        ttft_attainment=_div(delta("ttft_met"), delta("slo_outcomes") - delta("ttft_service_bound"))
+        if "slo_outcomes" in c_new
+        else None,
+        tpot_attainment=_div(delta("tpot_met"), delta("slo_outcomes")) if "slo_outcomes" in c_new else None,
+        cache_hit_ratio=_div(delta("local_hits") + delta("external_hits"), delta("local_queries")),
     )

@@ -76,8 +76,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tandem.core.capacity import mdl_rho_max
 from tandem.sim.config import SimParams
-from tandem.sim.physics import Roofline, mdl_rho_max, ttft_budgets
+from tandem.sim.physics import Roofline, ttft_budgets
 from tandem.sim.workload import Workload, infinite_cache_hits
 
 F64 = npt.NDArray[np.float64]

@@ -285,26 +285,6 @@ def _bilinear(xs: Sequence[float], ys: Sequence[float], table: Sequence[Sequence
     return (1 - wx) * top + wx * bottom
 
 
-def mdl_rho_max(budget_s: float, service_s: float, floor: float) -> float:
-    """Largest utilisation of an M/D/1 queue whose mean sojourn (wait + service) stays within ``budget_s``:
-    ρ ≤ 2(T − S)/(2T − S). Example: T = 1 s, S = 0.25 s → 0.857. Clamped to [floor, 1]."""
-    if service_s <= 0:
-        return 1.0
-    if service_s >= budget_s:
-        return floor
-    return max(floor, min(1.0, 2.0 * (budget_s - service_s) / (2.0 * budget_s - service_s)))
-
-
-def ttft_budget(input_tokens: float, short_s: float, long_s: float, l_short: float, l_long: float) -> float:
-    """TTFT budget on *total* input tokens: ``short_s`` up to ``l_short``, ``long_s`` from ``l_long``,
-    linear in between (benchmarks.md §6)."""
-    if input_tokens <= l_short:
-        return short_s
-    if input_tokens >= l_long:
-        return long_s
-    return short_s + (long_s - short_s) * (input_tokens - l_short) / (l_long - l_short)
-
-
 def ttft_budgets(
     input_tokens: npt.NDArray[np.int64], short_s: float, long_s: float, l_short: float, l_long: float
 ) -> npt.NDArray[np.float64]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tandem.core.capacity import CapacityProfile, DecodePoint, PrefillPoint
 from tandem.sim.config import SimParams
 from tandem.sim.engine import STATUS_OK, SimOptions, Simulation
 from tandem.sim.metrics import Observation
@@ -116,3 +117,33 @@ def profile_fleet(
     ideal_work = float(infinite.floors.service_s[mask][served].sum())
     factor = max(1.0, work / ideal_work) if ideal_work > 0 else 1.0
     return Profile(prefill_work_factor=factor, hit_efficiency=eff, fleet=fleet, requests=len(sub), duration_s=horizon)
+
+
+PROFILE_PROMPT_TOKENS: tuple[int, ...] = (1_024, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072)
+"""Prompt lengths of the planning profile's prefill points (the speed pool's range)."""
+PROFILE_CONTEXT_TOKENS: tuple[int, ...] = (1_024, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072, 262_144)
+"""Decode contexts of the planning profile's decode points."""
+
+
+def planning_profile(cap: Roofline, params: SimParams, hit_ratio: float, load_time_s: float) -> CapacityProfile:
+    """The capacity profile a user would declare for this stack (``spec.autoscaling.capacityProfile``),
+    measured on the simulator's physics the way a benchmark would measure a real engine:
+
+    - prefill at prompt length L with the workload's hit ratio h: u = L·(1 − h) uncached tokens after a
+      cached prefix of L − u, rate = u / prefill_time(u, L − u) (the tail attends to the whole prefix, so
+      a cached workload computes fewer tokens/s than a cold one at the same length);
+    - decode at context c: the largest batch meeting the TPOT SLO (within KV and ``max_num_seqs``) and
+      the instance's tokens/s at it;
+    - load time: the expected load of the lifecycle mix (what a declared ``loadTime`` would say).
+    """
+    h = min(max(hit_ratio, 0.0), 0.99)
+    prefill = []
+    for length in PROFILE_PROMPT_TOKENS:
+        u = max(1.0, length * (1.0 - h))
+        prefill.append(PrefillPoint(length, u / cap.prefill_time(u, length - u)))
+    decode = []
+    slo, seqs = params.slo, params.instance.max_num_seqs
+    for c in PROFILE_CONTEXT_TOKENS:
+        b = cap.best_decode_batch(c, slo.tpot_s, seqs)
+        decode.append(DecodePoint(c, float(b), cap.decode_throughput(b, c)))
+    return CapacityProfile("sim", tuple(prefill), tuple(decode), load_time_s)

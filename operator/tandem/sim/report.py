@@ -25,6 +25,7 @@ import numpy as np
 from tandem.sim.engine import STATUS_OK
 from tandem.sim.metrics import DECODE, PREFILL
 from tandem.sim.physics import ttft_budgets
+from tandem.sim.policies import POLICY_WORDS
 from tandem.sim.runner import ScenarioRun, code_revision
 
 RESULTS_VERSION = 1
@@ -234,6 +235,10 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         f"{w['input_tokens']:,} input and {w['output_tokens']:,} output tokens over "
         f"{w['duration_s'] / 3600:.1f} h simulated.",
         "",
+        "Policies (same scraped metrics, load times, router and bounds for all):",
+        "",
+        *(f"- {POLICY_WORDS[p]}" for p in doc["policies"] if p in POLICY_WORDS),
+        "",
         "## Bounds",
         "",
         _row(bound_head),
@@ -248,7 +253,10 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         _row(policy_head),
         _row(["---"] * len(policy_head)),
     ]
+    logs: list[tuple[str, dict[str, Any]]] = []
     for name, p in doc["policies"].items():
+        if "decision_log_summary" in p:
+            logs.append((name, p["decision_log_summary"]))
         m = p["metrics"]
         g = m["gpuh"]
         split = " / ".join(_fmt(g[k], digits=0) for k in ("prefill", "decode", "loading", "idle"))
@@ -278,6 +286,17 @@ def summary_markdown(doc: dict[str, Any]) -> str:
     ]
     for gt in doc["gates"]:
         lines.append(f"| {gt['policy']} | {gt['gate']} | {gt['value']} | {'PASS' if gt['pass'] else 'FAIL'} |")
+    for name, summary in logs:
+        lines += [
+            "",
+            f"## {name} decision log",
+            "",
+            f"{summary['evaluations']} evaluations; {summary['scale_ups']} scale-ups, {summary['scale_ups_ahead']} of "
+            f"them ahead of the load (more pairs than the model needed then), {summary['ahead_confirmed']} of those "
+            f"reached by the need within the load time; {summary['at_max_while_model_needs_less']} evaluations at "
+            f"maxPairs ({summary['max_pairs']}) while the model needed fewer (longest stay "
+            f"{summary['longest_such_stay_s']:.0f} s). The full log is `decision_log` in results.json.",
+        ]
     lines += ["", "## Timing (wall clock, informational)", ""]
     for k, v in doc["timing"].items():
         if k != "machine":

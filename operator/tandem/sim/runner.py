@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tandem.sim.config import SimParams, config_hash
+from tandem.sim.decisionlog import decision_log_summary
 from tandem.sim.engine import (
     STATUS_OK,
     STATUS_REJECTED,
@@ -35,7 +36,7 @@ from tandem.sim.metrics import DECODE, PREFILL
 from tandem.sim.oracle import Bounds, compute_bounds, request_floors, served_bounds
 from tandem.sim.physics import Roofline, ttft_budgets
 from tandem.sim.policies import PolicyContext, canonical, make_policy
-from tandem.sim.profile import Profile, profile_fleet
+from tandem.sim.profile import Profile, planning_profile, profile_fleet
 from tandem.sim.scenarios import ScenarioConfig, build_workload, event_window, install_hooks
 from tandem.sim.workload import Workload
 
@@ -93,8 +94,8 @@ class ScenarioRun:
     profile: Profile | None = None
 
 
-def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyContext:
-    """The pre-run knowledge every policy shares (bounds, offline profile, warm start)."""
+def make_context(params: SimParams, cap: Roofline, bounds: Bounds, profile: Profile | None = None) -> PolicyContext:
+    """The pre-run knowledge every policy shares (bounds, offline profile, warm start, the capacity profile)."""
     b = params.bounds
     peak_p, peak_d = bounds.peak
     max_instances = int(b.get("max_factor", 2.0) * (peak_p + peak_d) + b.get("max_extra", 2.0))
@@ -111,6 +112,9 @@ def make_context(params: SimParams, cap: Roofline, bounds: Bounds) -> PolicyCont
         profile_ratio=bounds.profile_ratio,
         initial=(init_p, init_d),
         mean_context=bounds.mean_context or 1.0,
+        capacity_profile=planning_profile(
+            cap, params, bounds.bound_hit_ratio * (profile.hit_efficiency if profile else 1.0), bounds.load_s
+        ),
     )
 
 
@@ -180,7 +184,7 @@ def prepare(
         f"hits {profile.hit_efficiency:.1%} of ideal; "
         f"SLO-feasible {bounds.demand.feasible_share:.1%} ({timing['bounds_s']:.1f} s)"
     )
-    ctx = make_context(params, cap, bounds)
+    ctx = make_context(params, cap, bounds, profile)
     errors = stream(seed, "errors").uniform(size=len(wl))
     return Prepared(
         config,
@@ -230,6 +234,12 @@ def run_policy(prep: Prepared, name: str, progress: Callable[[str], None] | None
     reasons = getattr(policy, "reasons", None)
     if isinstance(reasons, dict):
         extra["decision_reasons"] = dict(sorted(reasons.items()))
+    log = getattr(policy, "log", None)
+    if isinstance(log, list):
+        spec = getattr(policy, "spec", None)
+        max_pairs = getattr(spec, "max_pairs", None)
+        extra["decision_log"] = log
+        extra["decision_log_summary"] = decision_log_summary(log, max_pairs, prep.bounds.load_s)
     say(
         f"{key}: {wall:.1f} s wall, {len(wl) / max(wall, 1e-9):,.0f} req/s simulated; "
         f"GPUh {metrics['gpuh']['total']:.1f} = {metrics['gpuh_over_o1']:.2f} x its O1; attainment on feasible "

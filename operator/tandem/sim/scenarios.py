@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,12 @@ class ScenarioConfig:
     copies: int | None = None
     """W1: prefix-root copies (default from ``scale``)."""
     trace: str = CONVERSATION
+    trace_file: str | None = None
+    """W1 on a user's trace: a file in the documented trace format (``../shared/traces/README.md``)."""
+    scale_to_rps: float | None = None
+    """W1: copies = round(this / the trace's mean request rate) (``copies`` wins when both are set)."""
+    decorrelate: bool = False
+    """W1: shift each copy independently around the trace's span (copies of one burst do not stack)."""
     event_day: float = 1.0
     """Day (0 = Monday) whose peak hour hosts the W3/W4/W6 event."""
     storm_s: float = 600.0
@@ -104,9 +111,13 @@ class ScenarioConfig:
             return self.start_day
         return 1.5 if self.scenario == "W5" else 0.0
 
-    def resolved_copies(self) -> int:
+    def resolved_copies(self, base_rps: float | None = None) -> int:
+        """W1 copies: ``copies``, else ``scale_to_rps`` / the trace's mean rate (``base_rps``), else from
+        ``scale`` and the conversation trace's peak minute."""
         if self.copies is not None:
             return self.copies
+        if self.scale_to_rps is not None and base_rps:
+            return max(1, round(self.scale_to_rps / base_rps))
         return max(1, round(self.scale * FLEET_PEAK_RPS / CONVERSATION_PEAK_MINUTE_RPS))
 
     def event_time_s(self, params: SimParams) -> float:
@@ -162,11 +173,23 @@ def build_workload(
 ) -> BuiltWorkload:
     """The scenario's workload for the benchmark's pool (module docstring). Deterministic in the seeds."""
     if cfg.scenario == "W1":
-        base = load_trace(trace_path(cfg.trace))
-        k = cfg.resolved_copies()
-        wl = multiply_prefix_roots(base, k, rng_arrivals) if k > 1 else jitter_ticks(base, rng_arrivals)
+        path = Path(cfg.trace_file) if cfg.trace_file else trace_path(cfg.trace)
+        base = load_trace(path)
+        base_rps = len(base) / base.duration_s if base.duration_s > 0 else None
+        k = cfg.resolved_copies(base_rps)
+        if k > 1:
+            wl = multiply_prefix_roots(base, k, rng_arrivals, decorrelate=cfg.decorrelate)
+        else:
+            wl = jitter_ticks(base, rng_arrivals)
         speed, pool_info = split_pool(wl, params, generated=False)
-        info = {"source": cfg.trace, "copies": k, "base_requests": len(base), **pool_info}
+        info = {
+            "source": path.name,
+            "copies": k,
+            "decorrelated": cfg.decorrelate,
+            "base_requests": len(base),
+            "base_rps": base_rps,
+            **pool_info,
+        }
         return BuiltWorkload(speed, "blocks", max(2, params.router.key_blocks), info)
     days = cfg.resolved_days()
     gen = params.generator

@@ -102,15 +102,28 @@ def jitter_ticks(workload: Workload, rng: np.random.Generator, tick_s: float = T
 
 
 def multiply_prefix_roots(
-    workload: Workload, k: int, rng: np.random.Generator, offset_s: float = TICK_S, tick_s: float = TICK_S
+    workload: Workload,
+    k: int,
+    rng: np.random.Generator,
+    offset_s: float = TICK_S,
+    tick_s: float = TICK_S,
+    decorrelate: bool = False,
 ) -> Workload:
-    """``k`` interleaved copies with disjoint id spaces (see module docstring). ``k = 1`` only jitters."""
+    """``k`` interleaved copies with disjoint id spaces (see module docstring). ``k = 1`` only jitters.
+
+    ``decorrelate``: each copy is shifted by its own uniform offset in [0, span) and wrapped around the
+    trace's span (a circular shift), so the copies of one burst land at independent times instead of
+    stacking k× at the same instant (the default offsets are below one tick). Rate and mix are unchanged.
+    """
     if k < 1:
         raise ValueError("k must be >= 1")
     n = len(workload)
-    offsets = rng.uniform(0.0, offset_s, size=k)
+    span = workload.duration_s
+    offsets = rng.uniform(0.0, span if decorrelate and span > 0 else offset_s, size=k)
     jitter = rng.uniform(0.0, tick_s, size=(k, n))
     arrival = (workload.arrival_s[None, :] + offsets[:, None] + jitter).reshape(-1)
+    if decorrelate and span > 0:
+        arrival = np.mod(arrival, span)
     copy = np.repeat(np.arange(k, dtype=np.int64), n)
     tiled = Workload(
         name=f"{workload.name}x{k}",
@@ -124,7 +137,7 @@ def multiply_prefix_roots(
         blocks=workload.blocks,
         prefix_key=None,
         session=None,
-        duration_s=workload.duration_s + offset_s + tick_s,
-        meta={**workload.meta, "copies": k},
+        duration_s=span if decorrelate and span > 0 else workload.duration_s + offset_s + tick_s,
+        meta={**workload.meta, "copies": k, "decorrelated": decorrelate},
     )
     return tiled.with_arrivals(arrival)

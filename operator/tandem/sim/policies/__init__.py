@@ -15,6 +15,23 @@ POLICIES: dict[str, str] = {
     "B4": "ratio-locked on decode tokens/s",
     "tandem": "tandem.core.autoscale on pair groups",
 }
+POLICY_WORDS: dict[str, str] = {
+    "B0": "**B0 static peak**: a fixed fleet for the whole run, 1.1 × the planning model's per-role peak "
+    "(it knows the whole workload in advance; no scaling, no load cost).",
+    "B1": "**B1 HPA-utilization**: Kubernetes HPA defaults per role — decode on KV-cache usage (target 80 %), "
+    "prefill on busy fraction (80 %); up at once by max(4 pods, +100 %) per 15 s, down after 300 s.",
+    "B2": "**B2 KEDA-queue**: KEDA's Prometheus trigger, waiting + running requests per replica (target 5), "
+    "through the HPA KEDA creates (B1's behaviour).",
+    "B3": "**B3 Dynamo-planner-like**: every 180 s, next-interval request rate, input and output length → "
+    "prefill and decode instances from a perfect offline throughput profile, with TTFT/ITL correction factors.",
+    "B4": "**B4 ratio-locked** (HeteroScale-like): one signal, decode tokens/s, proportional control of whole "
+    "units of the offline P:D (tolerance 10 %, 300 s down-stabilisation).",
+    "tandem": "**tandem**: `tandem.core.autoscale` unchanged on pair groups; with a capacity profile it plans "
+    "from the work (M/D/c prefill, square-root-staffed decode, forecast over the load time, attainment "
+    "correction; docs/design/012-autoscaler.md).",
+}
+"""What each policy is, in words, for the reports (benchmarks.md §5 has the full definitions)."""
+
 ALIASES = {"static": "B0", "hpa": "B1", "keda": "B2", "planner": "B3", "ratio": "B4", "ours": "tandem"}
 
 
@@ -45,6 +62,7 @@ def make_policy(name: str, ctx: PolicyContext, ttft_p95_ms: int = 1000) -> Scali
 
 __all__ = [
     "POLICIES",
+    "POLICY_WORDS",
     "FleetTarget",
     "PolicyContext",
     "ScalingPolicy",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from tandem.core.capacity import CapacityProfile
 from tandem.sim.config import SimParams
 from tandem.sim.metrics import Observation
 from tandem.sim.physics import Roofline
@@ -62,6 +63,9 @@ class PolicyContext:
     """Warm fleet at t = 0 (prefill, decode): the oracle's need over the first minutes, same for all."""
     mean_context: float
     """Offline-profile mean decode context (tokens) for capacity-at-SLO estimates."""
+    capacity_profile: CapacityProfile | None = None
+    """The stack's capacity profile measured on the simulator's physics (:func:`tandem.sim.profile.planning_profile`):
+    what a user declares in ``spec.autoscaling.capacityProfile``; any policy may use it."""
 
 
 class ScalingPolicy(Protocol):

@@ -40,9 +40,12 @@ from tandem.core.autoscale import (
     compute_role_ratio,
     equivalent_pairs,
 )
+from tandem.core.capacity import CapacityProfile
 from tandem.sim.config import deep_merge
 from tandem.sim.metrics import PREFILL, Observation
 from tandem.sim.policies.base import FleetTarget, PolicyContext, Topology, unit_shape
+
+LOG_METRICS = ("pairsNeeded", "prefillNeed", "decodeNeed", "attainment")
 
 
 def build_spec(ctx: PolicyContext, ttft_p95_ms: int) -> AutoscalingSpec:
@@ -52,10 +55,39 @@ def build_spec(ctx: PolicyContext, ttft_p95_ms: int) -> AutoscalingSpec:
     if targets.get("ttftP95Ms") == "auto":
         targets["ttftP95Ms"] = ttft_p95_ms
     raw["targets"] = targets
+    planning = raw.get("capacityProfile")
+    if isinstance(planning, dict) and ctx.capacity_profile is not None:
+        raw["capacityProfile"] = declared_profile(ctx.capacity_profile, planning)
+    elif planning is not None and ctx.capacity_profile is None:
+        raw.pop("capacityProfile")
     shape = resolve_shape(ctx)
     max_pairs = max(1, ctx.max_instances // (shape[0] + shape[1]))
     raw = deep_merge(raw, {"minPairs": 1, "maxPairs": min(512, max_pairs)})
     return AutoscalingSpec.model_validate(raw)
+
+
+def declared_profile(profile: CapacityProfile, knobs: dict[str, Any]) -> dict[str, Any]:
+    """``spec.autoscaling.capacityProfile`` from the simulator's measured profile (``auto`` entries) and the
+    parameter file's knobs (attainment, burst headroom, overhead). Integers as the API wants them, rounded
+    down (a declared profile never claims more than was measured)."""
+    out = dict(knobs)
+    if out.get("prefill", "auto") == "auto":
+        out["prefill"] = [
+            {"promptTokens": int(p.prompt_tokens), "uncachedTokensPerSecond": max(1, int(p.uncached_tokens_per_s))}
+            for p in profile.prefill
+        ]
+    if out.get("decode", "auto") == "auto":
+        out["decode"] = [
+            {
+                "contextTokens": int(d.context_tokens),
+                "streams": max(1, int(d.streams)),
+                "tokensPerSecond": max(1, int(d.tokens_per_s)),
+            }
+            for d in profile.decode
+        ]
+    if out.get("loadTime", "auto") == "auto":
+        out["loadTime"] = f"{max(1, math.ceil(profile.load_time_s))}s"
+    return out
 
 
 def resolve_shape(ctx: PolicyContext) -> tuple[int, int]:
@@ -83,6 +115,8 @@ class TandemAutoscaler:
         self.pairs = max(1, math.ceil(max(p0 / self.shape[0], d0 / self.shape[1])))
         self.last_reason = ""
         self.reasons: dict[str, int] = {}
+        self.log: list[dict[str, Any]] = []
+        """Decision log: every evaluation's time, pairs asked, Ready pairs, reason and the metrics behind it."""
 
     def initial_target(self) -> FleetTarget:
         return FleetTarget(pairs=self.pairs, shape=self.shape)
@@ -100,7 +134,17 @@ class TandemAutoscaler:
         )
         return MetricsSnapshot(
             instances=samples,
-            pool=PoolSample(ttft_p95_s=obs.ttft_p95, tpot_p90_s=obs.tpot_p90, local_hit_ratio=obs.local_hit_ratio),
+            pool=PoolSample(
+                ttft_p95_s=obs.ttft_p95,
+                tpot_p90_s=obs.tpot_p90,
+                local_hit_ratio=obs.local_hit_ratio,
+                request_rate=obs.request_rate,
+                prompt_tokens_rate=obs.prompt_token_rate,
+                cache_hit_ratio=obs.cache_hit_ratio,
+                generation_tokens_rate=obs.generation_token_rate,
+                ttft_attainment=obs.ttft_attainment,
+                tpot_attainment=obs.tpot_attainment,
+            ),
             expected_prefill=obs.serving_instances_scraped[0],
             expected_decode=obs.serving_instances_scraped[1],
         )
@@ -113,10 +157,20 @@ class TandemAutoscaler:
             max_placeable_pairs=None,
             surge_pairs=1,
             hold_scale_down=False,
+            shape=self.shape,
         )
         decision, self.state = compute_desired_pairs(self.policy, context, snap, self.state, obs.now)
         self.last_reason = decision.reason
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
+        self.log.append(
+            {
+                "t": round(obs.now, 1),
+                "pairs": decision.desired_pairs,
+                "ready": obs.serving_pairs_scraped,
+                "reason": decision.reason,
+                "metrics": {k: decision.metrics[k] for k in LOG_METRICS if k in decision.metrics},
+            }
+        )
         pairs = decision.desired_pairs
         ratio, self.ratio_state = compute_role_ratio(
             self.policy, self.shape, snap, self.ratio_state, obs.now, hold=obs.shape_rollout

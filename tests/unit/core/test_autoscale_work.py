@@ -1,0 +1,149 @@
+"""Work planning in compute_desired_pairs (spec.autoscaling.capacityProfile): scale-up ahead of the load,
+scale-down bounded by the lead time, no data holds, bounds and step limits as for the metric rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tandem.api.pool import AutoscalingSpec
+from tandem.core.autoscale import (
+    REASON_AT_MAX_PAIRS,
+    REASON_HOLD_LEAD_TIME,
+    REASON_HOLD_NO_DATA,
+    REASON_HOLD_WORK_COVERED,
+    REASON_SCALE_DOWN_WORK,
+    REASON_SCALE_UP_AHEAD,
+    REASON_SCALE_UP_WORK,
+    AutoscaleDecision,
+    AutoscalePolicy,
+    AutoscaleState,
+    InstanceSample,
+    MetricsSnapshot,
+    PoolSample,
+    ScaleContext,
+    compute_desired_pairs,
+)
+
+pytestmark = pytest.mark.unit
+
+WARM = AutoscaleState(since=-1e9)
+
+
+def spec(max_pairs: int = 40, load_time: str = "240s", **profile: Any) -> AutoscalingSpec:
+    return AutoscalingSpec.model_validate(
+        {
+            "enabled": True,
+            "minPairs": 1,
+            "maxPairs": max_pairs,
+            "scaleUp": {"stabilizationWindow": "0s", "period": "15s", "maxPairs": 100, "maxPercent": 1000},
+            "scaleDown": {"stabilizationWindow": "300s", "period": "60s", "maxPairs": 2, "maxPercent": 10},
+            "capacityProfile": {
+                "prefill": [{"promptTokens": 8192, "uncachedTokensPerSecond": 16000}],
+                "decode": [{"contextTokens": 10000, "streams": 32, "tokensPerSecond": 2000}],
+                "loadTime": load_time,
+                "burstHeadroomPercent": 0,
+                **profile,
+            },
+        }
+    )
+
+
+def snapshot(
+    rate: float, pairs: int, *, prompt: float = 8000.0, streams: float = 0.0, waiting: float = 0.0
+) -> MetricsSnapshot:
+    inst = [
+        InstanceSample(pair=f"p{i}", role="prefill", running=0.0, waiting=waiting / max(pairs, 1)) for i in range(pairs)
+    ]
+    inst += [
+        InstanceSample(pair=f"p{i}", role="decode", running=streams / max(pairs, 1), waiting=0.0) for i in range(pairs)
+    ]
+    return MetricsSnapshot(
+        instances=tuple(inst),
+        pool=PoolSample(
+            request_rate=rate,
+            prompt_tokens_rate=rate * prompt,
+            cache_hit_ratio=0.0,
+            generation_tokens_rate=rate * 10.0,
+            ttft_attainment=1.0,
+            tpot_attainment=1.0,
+        ),
+        expected_prefill=pairs,
+        expected_decode=pairs,
+    )
+
+
+def run(
+    policy: AutoscalePolicy, cur: int, snap: MetricsSnapshot, state: AutoscaleState, now: float
+) -> tuple[AutoscaleDecision, AutoscaleState]:
+    return compute_desired_pairs(policy, ScaleContext(current_pairs=cur, ready_pairs=cur), snap, state, now)
+
+
+@pytest.mark.parametrize(
+    ("rate", "cur", "want_pairs", "want_reason"),
+    [
+        pytest.param(4.0, 1, 4, REASON_SCALE_UP_WORK, id="a=2 needs 4 prefill instances"),
+        pytest.param(4.0, 4, 4, REASON_HOLD_WORK_COVERED, id="covered holds"),
+        pytest.param(100.0, 10, 40, REASON_SCALE_UP_WORK, id="capped at maxPairs"),
+    ],
+)
+def test_work_plan_scales_to_the_model_need(rate: float, cur: int, want_pairs: int, want_reason: str) -> None:
+    policy = AutoscalePolicy.from_spec(spec())
+    decision, _ = run(policy, cur, snapshot(rate, cur), WARM, 0.0)
+    assert decision.desired_pairs == want_pairs
+    assert decision.reason == want_reason
+
+
+def test_work_plan_holds_without_data() -> None:
+    policy = AutoscalePolicy.from_spec(spec())
+    snap = MetricsSnapshot(pool=PoolSample(request_rate=None), expected_prefill=2, expected_decode=2)
+    decision, state = run(policy, 2, snap, WARM, 0.0)
+    assert (decision.desired_pairs, decision.reason) == (2, REASON_HOLD_NO_DATA)
+    assert state.down_blocked_until > 0
+
+
+def test_work_plan_scales_up_ahead_of_a_ramp() -> None:
+    policy = AutoscalePolicy.from_spec(spec())
+    state, cur = WARM, 1
+    reasons = []
+    for i in range(30):  # the rate rises 0.1 req/s every 30 s
+        snap = snapshot(1.0 + 0.1 * i, cur)
+        decision, state = run(policy, cur, snap, state, i * 30.0)
+        reasons.append(decision.reason)
+        cur = decision.desired_pairs
+    assert REASON_SCALE_UP_AHEAD in reasons
+    now_need, _ = run(policy, cur, snapshot(1.0 + 0.1 * 29, cur), state, 29 * 30.0 + 1)
+    assert cur > int(now_need.metrics["pairsNeeded"].split()[0])  # capacity above today's need: ahead
+
+
+def test_work_plan_scale_down_waits_for_the_lead_time() -> None:
+    policy = AutoscalePolicy.from_spec(spec(load_time="600s"))
+    decision, state = run(policy, 7, snapshot(10.0, 7), WARM, 0.0)
+    assert (decision.desired_pairs, decision.reason) == (7, REASON_HOLD_WORK_COVERED)  # a = 5 needs 7 at 99 %
+    cur = 7
+    t = 0.0
+    seen = []
+    while t < 1500.0:
+        t += 30.0
+        decision, state = run(policy, cur, snapshot(1.0, cur), state, t)
+        seen.append((t, decision.reason))
+        cur = decision.desired_pairs
+    holds = [s for s, r in seen if r == REASON_HOLD_LEAD_TIME]
+    downs = [s for s, r in seen if r == REASON_SCALE_DOWN_WORK]
+    assert holds and downs
+    assert min(downs) > 600.0  # not before the peak is a lead time old
+    assert cur < 7
+
+
+@given(rate=st.floats(0.01, 10.0), cur=st.integers(1, 40))
+@settings(max_examples=60, deadline=None)
+def test_work_plan_never_sits_at_max_pairs_when_the_model_needs_less(rate: float, cur: int) -> None:
+    policy = AutoscalePolicy.from_spec(spec())
+    decision, _ = run(policy, cur, snapshot(rate, cur), WARM, 0.0)
+    needed = int(decision.metrics["pairsNeeded"].split()[2])  # "<now> now, <ahead> ahead, ..."
+    if needed < 40:
+        assert decision.reason != REASON_AT_MAX_PAIRS
+    assert 1 <= decision.desired_pairs <= 40

@@ -1,0 +1,75 @@
+"""Work-planning inputs from Prometheus (spec.autoscaling.capacityProfile): queries and parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.core import scalemetrics as sm
+from tandem.core.autoscale import work_demand
+from tandem.core.promql import QueryResult, QueryStatus, Series, freshness_of
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_800_000_000.0
+SERVING = [
+    sm.ServingInstance("speed-p0-prefill-0", "speed-p0", "prefill"),
+    sm.ServingInstance("speed-p0-decode-0", "speed-p0", "decode"),
+]
+
+
+def scalar(value: str) -> QueryResult:
+    return QueryResult(QueryStatus.OK, http_status=200, result_type="vector", series=(Series({}, NOW, value),))
+
+
+def test_work_queries_only_when_asked_and_all_have_freshness() -> None:
+    plain = sm.scaling_queries("ml", "speed", "60s")
+    work = sm.scaling_queries("ml", "speed", "60s", work=True)
+    assert not set(sm.WORK_KEYS) & set(plain)
+    assert set(sm.WORK_KEYS) <= set(work)
+    fresh = sm.freshness_queries(work)
+    assert all(freshness_of(fresh[k]) is not None for k in sm.WORK_KEYS)
+    assert 'pool="ml/speed"' in work[sm.REQUEST_RATE]  # the router labels pools namespace/name
+    assert 'outcome!~"bad_request|no_pool|client_gone"' in work[sm.REQUEST_RATE]  # rejects are demand
+    assert sm.ROUTER_SLO_METRIC in work[sm.TTFT_ATTAINMENT]
+
+
+@pytest.mark.parametrize(
+    ("values", "want_rate", "want_attainment"),
+    [
+        pytest.param({}, None, None, id="nothing answered: no work data"),
+        pytest.param(
+            {sm.REQUEST_RATE: "4", sm.PROMPT_RATE: "32000", sm.GENERATION_RATE: "400", sm.CACHE_HIT_RATIO: "0.5"},
+            4.0,
+            None,
+            id="no router SLO metric yet: model alone",
+        ),
+        pytest.param(
+            {
+                sm.REQUEST_RATE: "4",
+                sm.PROMPT_RATE: "32000",
+                sm.GENERATION_RATE: "400",
+                sm.CACHE_HIT_RATIO: "0.5",
+                sm.TTFT_ATTAINMENT: "0.97",
+            },
+            4.0,
+            0.97,
+            id="attainment read",
+        ),
+        pytest.param(
+            {sm.REQUEST_RATE: "NaN", sm.PROMPT_RATE: "1", sm.GENERATION_RATE: "1"}, None, None, id="NaN is missing"
+        ),
+    ],
+)
+def test_build_snapshot_reads_work(
+    values: dict[str, str], want_rate: float | None, want_attainment: float | None
+) -> None:
+    results = {k: scalar(v) for k, v in values.items()}
+    snap = sm.build_snapshot(results, SERVING)
+    assert snap.pool.ttft_attainment == want_attainment
+    demand = work_demand(snap)
+    if want_rate is None:
+        assert demand is None
+    else:
+        assert demand is not None
+        assert demand.request_rate == want_rate
+        assert demand.uncached_tokens_per_s == pytest.approx(16_000)
