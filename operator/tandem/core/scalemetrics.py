@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from tandem import enginemetrics as em
 from tandem.core.autoscale import InstanceSample, MetricsSnapshot, PoolSample
 from tandem.core.promql import (
     QueryResult,
@@ -78,13 +79,13 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
         REQUEST_RATE: (
             f'sum(rate(tandem_router_requests_total{{{router},outcome!~"{DEMAND_OUTCOMES_EXCLUDED}"}}[{window}]))'
         ),
-        PROMPT_RATE: f"sum(rate(vllm:prompt_tokens_total{{{pre}}}[{window}]))",
+        PROMPT_RATE: f"sum(rate({em.total(em.PROMPT_TOKENS)}{{{pre}}}[{window}]))",
         CACHE_HIT_RATIO: (
-            f"(sum(rate(vllm:prefix_cache_hits_total{{{pre}}}[{window}])) + "
-            f"(sum(rate(vllm:external_prefix_cache_hits_total{{{pre}}}[{window}])) or vector(0))) / "
-            f"sum(rate(vllm:prefix_cache_queries_total{{{pre}}}[{window}]))"
+            f"(sum(rate({em.total(em.PREFIX_HITS)}{{{pre}}}[{window}])) + "
+            f"(sum(rate({em.total(em.EXTERNAL_HITS)}{{{pre}}}[{window}])) or vector(0))) / "
+            f"sum(rate({em.total(em.PREFIX_QUERIES)}{{{pre}}}[{window}]))"
         ),
-        GENERATION_RATE: f"sum(rate(vllm:generation_tokens_total{{{dec}}}[{window}]))",
+        GENERATION_RATE: f"sum(rate({em.total(em.GENERATION_TOKENS)}{{{dec}}}[{window}]))",
         TTFT_ATTAINMENT: attainment("ttft"),
         TPOT_ATTAINMENT: attainment("tpot"),
     }
@@ -95,19 +96,14 @@ def scaling_queries(namespace: str, pool: str, window: str, *, work: bool = Fals
     extra = work_queries(namespace, pool, window) if work else {}
     sel, dec, pre = _sel(namespace, pool), _sel(namespace, pool, "decode"), _sel(namespace, pool, "prefill")
     return {
-        RUNNING: f"max by (pod) (vllm:num_requests_running{{{sel}}})",
-        WAITING: f"max by (pod) (vllm:num_requests_waiting{{{sel}}})",
-        KV: f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})",
-        TTFT_P95: (
-            f"histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{dec}}}[{window}])))"
-        ),
-        TPOT_P90: (
-            "histogram_quantile(0.90, sum by (le) "
-            f"(rate(vllm:request_time_per_output_token_seconds_bucket{{{dec}}}[{window}])))"
-        ),
+        RUNNING: f"max by (pod) ({em.RUNNING}{{{sel}}})",
+        WAITING: f"max by (pod) ({em.WAITING}{{{sel}}})",
+        KV: f"max by (pod) ({em.KV_USAGE}{{{sel}}})",
+        TTFT_P95: (f"histogram_quantile(0.95, sum by (le) (rate({em.bucket(em.TTFT)}{{{dec}}}[{window}])))"),
+        TPOT_P90: (f"histogram_quantile(0.90, sum by (le) (rate({em.bucket(em.TPOT)}{{{dec}}}[{window}])))"),
         HIT_RATIO: (
-            f"sum(rate(vllm:prefix_cache_hits_total{{{pre}}}[{window}])) / "
-            f"sum(rate(vllm:prefix_cache_queries_total{{{pre}}}[{window}]))"
+            f"sum(rate({em.total(em.PREFIX_HITS)}{{{pre}}}[{window}])) / "
+            f"sum(rate({em.total(em.PREFIX_QUERIES)}{{{pre}}}[{window}]))"
         ),
         **extra,
     }
