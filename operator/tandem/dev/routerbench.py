@@ -985,6 +985,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--only", choices=("b1", "b2", "b3"), action="append", default=None, help="run only these parts")
     p.add_argument("--no-vllm-router", action="store_true", help="skip the baseline (Tandem rows only)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument(
+        "--render-only", action="store_true", help="re-render router.md and the plots from OUT/router.json (no run)"
+    )
     p.set_defaults(func=cmd_router)
 
 
@@ -993,6 +996,14 @@ def _log(message: str) -> None:
 
 
 def cmd_router(args: argparse.Namespace) -> int:
+    if args.render_only:
+        out = Path(args.out)
+        doc = json.loads((out / "router.json").read_text())
+        doc["verdicts"] = lib.verdicts(doc)
+        (out / "router.md").write_text(lib.markdown(doc))
+        if not args.no_plots:
+            write_plots(doc, out)
+        return 0
     profile = PROFILES["quick" if args.quick else "full"]
     parts = set(args.only or ("b1", "b2", "b3"))
     vllm, how = (None, "skipped (--no-vllm-router)") if args.no_vllm_router else vllm_router_binary()
@@ -1075,6 +1086,7 @@ def write_plots(doc: dict[str, Any], out: Path) -> list[Path]:
     if b1 and b1.get("runs"):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         arms = sorted({r["arm"] for r in b1["runs"]})
+        colour = {arm: f"C{i}" for i, arm in enumerate(arms)}
         for prompt, style in (("2KB", "-o"), ("200KB", "--s")):
             for arm in arms:
                 pts = sorted((r["offered_rps"], r) for r in b1["runs"] if r["arm"] == arm and r["prompt"] == prompt)
@@ -1082,8 +1094,10 @@ def write_plots(doc: dict[str, Any], out: Path) -> list[Path]:
                     continue
                 xs = [p[0] for p in pts]
                 if arm != "direct":
-                    axes[0].plot(xs, [p[1].get("cpu_us_per_request") or 0 for p in pts], style, label=f"{arm} {prompt}")
-                axes[1].plot(xs, [p[1]["ttft_ms"]["p50"] or 0 for p in pts], style, label=f"{arm} {prompt}")
+                    cpu = [p[1].get("cpu_us_per_request") or 0 for p in pts]
+                    axes[0].plot(xs, cpu, style, color=colour[arm], label=f"{arm} {prompt}")
+                ttft = [p[1]["ttft_ms"]["p50"] or 0 for p in pts]
+                axes[1].plot(xs, ttft, style, color=colour[arm], label=f"{arm} {prompt}")
         axes[0].set(xlabel="offered req/s", ylabel="router CPU µs per request", title="B1: CPU per request")
         axes[1].set(xlabel="offered req/s", ylabel="TTFT p50 (ms)", title="B1: TTFT p50", yscale="log")
         axes[0].legend(fontsize=7)

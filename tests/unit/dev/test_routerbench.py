@@ -357,3 +357,15 @@ def test_routing_table_prefill_override_replaces_one_address() -> None:
     table = RoutingTable.model_validate(routerbench.routing_table(ADDRESSES, prefill_override={2: "127.0.0.1:1"}))
     assert table.pairs[2].prefill[0].address == "127.0.0.1:1"
     assert table.pairs[3].prefill[0].address == "127.0.0.1:8103"
+
+
+def test_merge_parts_keeps_the_parts_that_did_not_run_with_their_own_meta() -> None:
+    previous = {"meta": {"commit": "old", "started": "t0"}, "b1": {"runs": [1]}, "b2": {"old": True}}
+    new = {"meta": {"commit": "new", "started": "t1"}, "b2": {"new": True}, "b3": {"scenarios": []}}
+    doc = lib.merge_parts(previous, new, ["b2", "b3"])
+    assert doc["b1"] == {"runs": [1]}
+    assert doc["b2"] == {"new": True}
+    assert doc["meta"]["runs"]["b1"]["commit"] == "old"
+    assert doc["meta"]["runs"]["b2"]["commit"] == "new"
+    assert doc["meta"]["runs"]["b3"]["commit"] == "new"
+    assert doc["meta"]["commit"] == "new"
