@@ -458,7 +458,8 @@ def _runs_md(meta: Mapping[str, Any]) -> list[str]:
         if part in runs:
             r = runs[part]
             lines.append(
-                f"  - {part.upper()}: commit `{r.get('commit', '?')}`, {r.get('started', '?')}, "
+                f"  - {part.upper()}: profile `{r.get('profile', '?')}`, commit `{r.get('commit', '?')}`, "
+                f"{r.get('started', '?')}, "
                 f"{r.get('wall_s', '?')} s, {_load(r) or 'load not recorded'}."
             )
     return lines
