@@ -94,7 +94,7 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile("full", FULL_RATES, RATE_SCALE, ("2KB", "200KB"), 4.0, 3000, (8, 32), 200, 600),
+    "full": Profile("full", FULL_RATES, RATE_SCALE, ("2KB", "200KB"), 4.0, 2400, (8, 32), 200, 600),
     "quick": Profile("quick", (100.0, 550.0), RATE_SCALE, ("2KB",), 3.0, 1500, (8,), 80, 150),
 }
 
