@@ -56,7 +56,7 @@ demo: setup ## the local cluster demo: reference fleet, scaling, a promotion and
 demo-down: setup ## tear the demo cluster down
 	@.venv/bin/tandem demo --down
 
-bench: setup ## fleet + controller benchmarks into bench/results/
+bench: setup ## fleet, controller and router benchmarks into bench/results/
 	@tools/bench.sh
 
 clean: ## remove caches in the tree (the toolchain cache outside the repo is kept)

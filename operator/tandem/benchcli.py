@@ -20,7 +20,7 @@ def bench_subparsers(subparsers: Any) -> Any:
             if isinstance(action, argparse._SubParsersAction):
                 return action
         return existing.add_subparsers(dest="bench_command", metavar="COMMAND")
-    bench = subparsers.add_parser("bench", help="benchmarks (benchmarks.md): fleet simulator, controller")
+    bench = subparsers.add_parser("bench", help="benchmarks (benchmarks.md): fleet simulator, controller, router")
     sub = bench.add_subparsers(dest="bench_command", metavar="COMMAND")
 
     def _help(_args: argparse.Namespace) -> int:

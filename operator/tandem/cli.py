@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tandem.dev.demo", ("demo",)),
     ("tandem.sim.bench", ("bench",)),  # bench fleet
     ("tandem.dev.benchctl", ("bench",)),  # bench controller
+    ("tandem.dev.routerbench", ("bench",)),  # bench router
     ("tandem.router.cli", ("router",)),
 )
 
