@@ -119,6 +119,22 @@ def compile_check(expression: str) -> str | None:
 
 # What a gate's successCondition/failureCondition may read (core.gates evaluates them with these doubles).
 CONDITION_VARIABLES = ("result", "baseline")
+
+# The condition language the CRD admits: comparisons of arithmetic over result, baseline and decimal
+# numbers (doubles only, so no int/double overload can fail), joined by && or ||. A regular language, so
+# the API server checks it exactly with one `matches` (it cannot compile CEL held in a string), and every
+# sentence of it compiles, reads only result/baseline and is boolean (tests/unit/api/test_celenv.py
+# generates sentences and checks that). Design note 010, "Gate conditions at admission".
+_SPACE = r"[ \t\r\n]*"  # not \s: Python's also matches Unicode spaces, Go's (the API server's) does not
+_NUMBER = r"[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?"
+_OPERAND = rf"-?(result|baseline|{_NUMBER})"
+_ARITH = rf"{_OPERAND}({_SPACE}[-+*/]{_SPACE}{_OPERAND})*"
+_COMPARISON = rf"{_ARITH}{_SPACE}(<=|>=|==|!=|<|>){_SPACE}{_ARITH}"
+CONDITION_PATTERN = rf"^{_SPACE}{_COMPARISON}({_SPACE}(&&|\|\|){_SPACE}{_COMPARISON})*{_SPACE}$"
+CONDITION_GRAMMAR = (
+    "comparisons (<, <=, >, >=, ==, !=) of result, baseline and decimal numbers such as 1.0, "
+    "with + - * /, joined by && or ||"
+)
 _TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"})
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _SAMPLE = {"result": 1.0, "baseline": 1.0}
