@@ -31,9 +31,9 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
 # RFC 1123 label, used for names of things Tandem derives object names from.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A Kubernetes label key (optional DNS prefix + name) and value.
-# Each DNS label of the prefix and the name part are at most 63 characters (pod creation checks both).
+# The name part is at most 63 characters (pod creation checks it; the prefix only as a whole, <= 253).
 LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?"
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
@@ -45,9 +45,8 @@ DIGEST_IMAGE_PATTERN = r"^[^@\s]+@sha256:[a-f0-9]{64}$"
 _REF_HOST_PART = r"([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])"
 _REF_HOST = rf"(localhost|{_REF_HOST_PART}(\.{_REF_HOST_PART})+|{_REF_HOST_PART}(\.{_REF_HOST_PART})*:[0-9]+)"
 _REF_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
-IMAGE_REFERENCE_PATTERN = (
-    rf"^({_REF_HOST}/)?{_REF_PATH_PART}(/{_REF_PATH_PART})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?@sha256:[a-f0-9]{{64}}$"
-)
+_REF_TAG = r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+IMAGE_REFERENCE_PATTERN = rf"^({_REF_HOST}/)?{_REF_PATH_PART}(/{_REF_PATH_PART})*{_REF_TAG}@sha256:[a-f0-9]{{64}}$"
 PRIORITY_CLASS_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 

@@ -13,8 +13,8 @@ from pydantic import Field
 
 from tandem.api.base import (
     ENV_NAME_PATTERN,
-    ApiModel,
     LABEL_VALUE_PATTERN,
+    ApiModel,
     LabelKey,
     PositiveQuantity,
     Rule,

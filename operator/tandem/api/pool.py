@@ -140,7 +140,8 @@ class ModelSpec(ApiModel):
                 ),
                 Rule(
                     f"!self.startsWith('oci://') || self.matches('{cel_regex(OCI_PINNED_PATTERN)}')",
-                    "model.source: an oci:// source must be pinned by digest (oci://registry/repository@sha256:<64 hex>)",
+                    "model.source: an oci:// source must be pinned by digest "
+                    "(oci://registry/repository@sha256:<64 hex>)",
                 ),
             ),
         ),
@@ -879,7 +880,8 @@ class InferencePoolSpec(ApiModel):
         "json_schema_extra": cel(
             Rule(
                 "!self.autoscaling.enabled || "
-                "(self.pairs.replicas >= self.autoscaling.minPairs && self.pairs.replicas <= self.autoscaling.maxPairs)",
+                "(self.pairs.replicas >= self.autoscaling.minPairs"
+                " && self.pairs.replicas <= self.autoscaling.maxPairs)",
                 "pairs.replicas must be within autoscaling.minPairs..maxPairs when autoscaling is enabled",
                 field_path=".pairs.replicas",
             ),

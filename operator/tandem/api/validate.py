@@ -414,8 +414,10 @@ def validate_object(obj: Any, old: dict[str, Any] | None = None) -> list[FieldEr
     if not isinstance(obj, dict):
         return [FieldError("", "a manifest must be a mapping")]
     kind = obj.get("kind")
-    if obj.get("apiVersion") != API_VERSION or kind not in KIND_BY_NAME:
-        return [FieldError("", f"not a Tandem object: apiVersion {obj.get('apiVersion')!r} kind {kind!r}")]
+    if kind not in KIND_BY_NAME:
+        return [FieldError("kind", f"not a Tandem kind: {kind!r} (apiVersion {obj.get('apiVersion')!r})")]
+    if obj.get("apiVersion") != API_VERSION:
+        return [FieldError("apiVersion", f"not a Tandem version: {obj.get('apiVersion')!r} (kind {kind!r})")]
     value_errors = json_value_errors(obj)
     if value_errors:
         return value_errors
