@@ -146,6 +146,7 @@ CLASSIFIERS: dict[str, Callable[[Field], bool]] = {
     ),
     "condition": lambda f: "condition: must be" in _rules(f.schema),
     "secret-url": lambda f: "may not carry a password" in _rules(f.schema),
+    "pattern": lambda f: f.schema.get("type") == "string" and "pattern" in f.schema,
 }
 
 
@@ -452,6 +453,19 @@ def _documents(rng: random.Random) -> Iterator[Candidate]:
         yield 5, name, obj, "metadata.labels", "metadata.labels"
 
 
+def _trailing_newline(rng: random.Random, f: Field) -> Iterator[tuple[Any, tuple[str | int, ...]]]:
+    """A value that is valid but for a final newline: Python's ``$`` matches before it, Go's does not."""
+    if isinstance(f.value, str) and f.value and f.schema.get("pattern", "").endswith("$"):
+        yield f.value + "\n", ()
+
+
+def _newline_documents(rng: random.Random) -> Iterator[Candidate]:
+    for name, _doc in _examples():
+        obj = _example(name)
+        obj["metadata"]["name"] += "\n"
+        yield 5, name, obj, "metadata.name", "metadata.name"
+
+
 FAMILIES: dict[str, Family] = {
     "managed-args": _field_family(1, "args-list", _args(MANAGED_ARGS)),
     "dangerous-args": _field_family(1, "args-list", _args(DANGEROUS_ARGS)),
@@ -470,6 +484,8 @@ FAMILIES: dict[str, Family] = {
     "gate-condition": _field_family(4, "condition", _pick(BAD_CONDITIONS, 3)),
     "custom-query": _custom_queries,
     "document": _documents,
+    "trailing-newline": _field_family(5, "pattern", _trailing_newline),
+    "newline-name": _newline_documents,
 }
 
 
@@ -484,7 +500,11 @@ def corpus(seed: int = DEFAULT_SEED, per_family: int = DEFAULT_PER_FAMILY) -> li
         seen: set[str] = set()
         first = [c for c in candidates if not (c[3] in seen or seen.add(c[3]))]  # type: ignore[func-returns-value]
         rest = [c for c in candidates if c not in first]
-        chosen = (first + rest)[: max(per_family, 1)] if family not in ("cross-field", "document") else candidates
+        chosen = (
+            (first + rest)[: max(per_family, 1)]
+            if family not in ("cross-field", "document", "newline-name")
+            else candidates
+        )
         for n, (klass, example, obj, field, server_says) in enumerate(chosen):
             slug = re.sub(r"[^a-z0-9]+", "-", field.lower()).strip("-")[-40:]
             out.append(Mutant(f"c{klass}-{family}-{example}-{slug}-{n}", klass, obj, field, server_says))

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import celpy
+import re2  # type: ignore[import-untyped]  # google-re2, celpy's own engine: RE2 semantics, like Go's regexp
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
@@ -106,6 +107,12 @@ _ENV = celpy.Environment()
 @lru_cache(maxsize=512)
 def _program(rule: str) -> Any:
     return _ENV.program(_ENV.compile(rule), functions=FUNCTIONS)
+
+
+def pattern_matches(pattern: str, text: str) -> bool:
+    """A schema ``pattern`` as the API server applies it (Go's RE2): ``$`` is the end of the text, never
+    "before a final newline" as in Python's ``re``, and ``\\s``/``\\d`` are ASCII only."""
+    return re2.search(pattern, text) is not None
 
 
 def compile_check(expression: str) -> str | None:
