@@ -103,7 +103,7 @@ def demo_fleet() -> list[dict[str, Any]]:
     analysis.update({"interval": "30s", "timeout": "10s", "initialDelay": "30s", "successStreak": 2, "failureLimit": 0})
     analysis.pop("eval", None)
     analysis["metrics"] = [
-        {"name": "ttft-p90", "template": "TTFTP90", "successCondition": "result <= baseline * 2"},
+        {"name": "ttft-p90", "template": "TTFTP90", "successCondition": "result <= baseline * 2.0"},
         {"name": "errors", "template": "ErrorRate", "failureCondition": "result > 0.01"},
     ]
     long_context = yaml.safe_load((EXAMPLES / "long-context-pool.yaml").read_text())
