@@ -396,3 +396,34 @@ def test_duplicate_keys_refused_offline_while_kubectl_keeps_the_last(crds: Kubec
     assert any("duplicate field" in e.message for _, e in offline)
     out = crds.run("apply", "--dry-run=server", "-n", ns, "-f", str(path)).stdout
     assert "created (server dry run)" in out
+
+
+# --- the generated hostile corpus (issue 19 classes 1-5): kubectl apply and tandem validate agree ---------
+
+HOSTILE_WORKERS = 4
+"""Concurrent dry runs: each is one kubectl process; four keep a 2-core machine busy without starving it."""
+
+
+def test_generated_hostile_corpus_is_refused_by_both_naming_the_same_field(crds: Kubectl, ns: str) -> None:
+    """Every mutant of the generated corpus (tests/support/hostile_corpus.py, seeded) is refused by the API
+    server (server-side dry run, strict field validation) and by `tandem validate`, and both name the field
+    the mutation targeted. All mismatches are reported at once."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only this test runs kubectl in threads
+
+    from tests.support.hostile_corpus import corpus  # noqa: PLC0415 - heavy import, this test only
+
+    mutants = corpus()
+    with ThreadPoolExecutor(HOSTILE_WORKERS) as pool:
+        server = list(pool.map(lambda m: server_dry_run(crds, ns, m.obj), mutants))
+    problems: list[str] = []
+    for mutant, said in zip(mutants, server, strict=True):
+        offline = validate_object(mutant.obj)
+        if said is None:
+            problems.append(f"{mutant.id}: the API server accepted it")
+        elif mutant.server_says not in said:
+            problems.append(f"{mutant.id}: the API server did not name {mutant.server_says!r}: {said.strip()[:300]}")
+        if not offline:
+            problems.append(f"{mutant.id}: tandem validate accepted it")
+        elif mutant.field not in [e.path for e in offline]:
+            problems.append(f"{mutant.id}: tandem validate did not name {mutant.field!r}: {[str(e) for e in offline]}")
+    assert not problems, f"{len(problems)} of {len(mutants)} mutants disagree:\n" + "\n".join(problems)

@@ -31,12 +31,23 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
 # RFC 1123 label, used for names of things Tandem derives object names from.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A Kubernetes label key (optional DNS prefix + name) and value.
+# The name part is at most 63 characters (pod creation checks it; the prefix only as a whole, <= 253).
 LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 # A container image pinned by digest (a tag may precede the digest for readability).
 DIGEST_IMAGE_PATTERN = r"^[^@\s]+@sha256:[a-f0-9]{64}$"
+# A valid image reference (the distribution reference grammar) pinned by digest: an optional registry host
+# (it has a dot or a port, or is localhost), lowercase path components, an optional tag, then the digest.
+# What the kubelet would fail to pull is refused here, not at pod creation.
+_REF_HOST_PART = r"([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])"
+_REF_HOST = rf"(localhost|{_REF_HOST_PART}(\.{_REF_HOST_PART})+|{_REF_HOST_PART}(\.{_REF_HOST_PART})*:[0-9]+)"
+_REF_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+_REF_TAG = r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+IMAGE_REFERENCE_PATTERN = rf"^({_REF_HOST}/)?{_REF_PATH_PART}(/{_REF_PATH_PART})*{_REF_TAG}@sha256:[a-f0-9]{{64}}$"
+PRIORITY_CLASS_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
@@ -44,6 +55,22 @@ ShortText = Annotated[str, Field(max_length=256)]
 Text = Annotated[str, Field(max_length=1024)]
 LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+
+
+def cel_regex(pattern: str) -> str:
+    """A regex as the body of a single-quoted CEL string literal (backslashes doubled)."""
+    return pattern.replace("\\", "\\\\")
+
+
+def image_field(name: str) -> dict[str, Any]:
+    """Schema extras for an image field: a valid reference pinned by digest, one message naming the field."""
+    return cel(
+        Rule(
+            f"self.matches('{cel_regex(IMAGE_REFERENCE_PATTERN)}')",
+            f"{name} must be a valid image reference pinned by digest (registry/repository[:tag]@sha256:<64 hex>, "
+            "lowercase repository)",
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -116,6 +143,21 @@ Quantity = Annotated[
         max_length=32,
         json_schema_extra=cel(
             Rule(f"quantity(self).isLessThan(quantity('{MAX_QUANTITY}'))", f"must be less than {MAX_QUANTITY}")
+        ),
+    ),
+]
+
+
+# A size or CPU amount that must be above zero (a zero segment, memory limit or CPU makes the pod or the
+# Mooncake flag meaningless or refused later).
+PositiveQuantity = Annotated[
+    str,
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=32,
+        json_schema_extra=cel(
+            Rule(f"quantity(self).isLessThan(quantity('{MAX_QUANTITY}'))", f"must be less than {MAX_QUANTITY}"),
+            Rule("quantity(self).isGreaterThan(quantity('0'))", "must be greater than 0"),
         ),
     ),
 ]

@@ -17,13 +17,14 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from tandem.api.base import (
-    DIGEST_IMAGE_PATTERN,
     ApiModel,
     LabelKey,
     LabelValue,
+    PositiveQuantity,
     Quantity,
     Rule,
     cel,
+    image_field,
 )
 from tandem.api.common import URL_PASSWORD_PATTERN, ConditionList, Resources, Toleration
 from tandem.api.pool import RdmaResource
@@ -76,7 +77,12 @@ class MasterSpec(ApiModel):
                 "self.replicas == 1 || self.ha.enabled",
                 "master.replicas > 1 requires master.ha.enabled",
                 field_path=".replicas",
-            )
+            ),
+            Rule(
+                "self.rpcPort != self.metricsPort",
+                "master.metricsPort must differ from master.rpcPort (both listen in the master pod)",
+                field_path=".metricsPort",
+            ),
         )
     }
 
@@ -132,15 +138,15 @@ class StoreSpec(ApiModel):
         )
     }
 
-    segment_size: Quantity = "64Gi"
+    segment_size: PositiveQuantity = "64Gi"
     """Memory each store contributes to the pool (`global_segment_size`)."""
-    memory_limit: Quantity = "80Gi"
+    memory_limit: PositiveQuantity = "80Gi"
     """Store pod memory limit; must exceed segmentSize (buffers and the process itself)."""
-    cpu: Quantity = "8"
+    cpu: PositiveQuantity = "8"
     """Store pod CPU."""
     stores: Annotated[int, Field(ge=1, le=1024)] | None = None
     """Exact number of stores. Default: one per eligible node (up to maxPerNode)."""
-    capacity: Quantity | None = None
+    capacity: PositiveQuantity | None = None
     """Total capacity wanted; Tandem places ⌈capacity / segmentSize⌉ stores."""
     max_per_node: Annotated[int, Field(ge=1, le=8)] = 1
     """Most stores on one node."""
@@ -159,25 +165,14 @@ class StoreSpec(ApiModel):
 class ClientSpec(ApiModel):
     """How engines connect (the Mooncake config file Tandem generates for vLLM)."""
 
-    local_buffer_size: Quantity = "4Gi"
+    local_buffer_size: PositiveQuantity = "4Gi"
     """Engine-side transfer buffer (`local_buffer_size`)."""
 
 
 class MooncakeCacheSpec(ApiModel):
     """Desired state of a MooncakeCache."""
 
-    image: Annotated[
-        str,
-        Field(
-            max_length=512,
-            json_schema_extra=cel(
-                Rule(
-                    f"self.matches('{DIGEST_IMAGE_PATTERN.replace(chr(92), chr(92) * 2)}')",
-                    "image must be pinned by digest (repository@sha256:<64 hex>)",
-                )
-            ),
-        ),
-    ]
+    image: Annotated[str, Field(max_length=512, json_schema_extra=image_field("image"))]
     """Image with the Mooncake master and store (`mooncake-transfer-engine-rocm` wheel), pinned by digest. Keep it in
     lock-step with the engine's Mooncake version."""
     version: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import celpy
+import re2  # type: ignore[import-untyped]  # google-re2, celpy's own engine: RE2 semantics, like Go's regexp
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
@@ -108,6 +109,12 @@ def _program(rule: str) -> Any:
     return _ENV.program(_ENV.compile(rule), functions=FUNCTIONS)
 
 
+def pattern_matches(pattern: str, text: str) -> bool:
+    """A schema ``pattern`` as the API server applies it (Go's RE2): ``$`` is the end of the text, never
+    "before a final newline" as in Python's ``re``, and ``\\s``/``\\d`` are ASCII only."""
+    return re2.search(pattern, text) is not None
+
+
 def compile_check(expression: str) -> str | None:
     """Return None when ``expression`` compiles, else the compiler's message."""
     try:
@@ -119,6 +126,22 @@ def compile_check(expression: str) -> str | None:
 
 # What a gate's successCondition/failureCondition may read (core.gates evaluates them with these doubles).
 CONDITION_VARIABLES = ("result", "baseline")
+
+# The condition language the CRD admits: comparisons of arithmetic over result, baseline and decimal
+# numbers (doubles only, so no int/double overload can fail), joined by && or ||. A regular language, so
+# the API server checks it exactly with one `matches` (it cannot compile CEL held in a string), and every
+# sentence of it compiles, reads only result/baseline and is boolean (tests/unit/api/test_celenv.py
+# generates sentences and checks that). Design note 010, "Gate conditions at admission".
+_SPACE = r"[ \t\r\n]*"  # not \s: Python's also matches Unicode spaces, Go's (the API server's) does not
+_NUMBER = r"[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?"
+_OPERAND = rf"-?(result|baseline|{_NUMBER})"
+_ARITH = rf"{_OPERAND}({_SPACE}[-+*/]{_SPACE}{_OPERAND})*"
+_COMPARISON = rf"{_ARITH}{_SPACE}(<=|>=|==|!=|<|>){_SPACE}{_ARITH}"
+CONDITION_PATTERN = rf"^{_SPACE}{_COMPARISON}({_SPACE}(&&|\|\|){_SPACE}{_COMPARISON})*{_SPACE}$"
+CONDITION_GRAMMAR = (
+    "comparisons (<, <=, >, >=, ==, !=) of result, baseline and decimal numbers such as 1.0, "
+    "with + - * /, joined by && or ||"
+)
 _TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"})
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _SAMPLE = {"result": 1.0, "baseline": 1.0}

@@ -13,11 +13,13 @@ from pydantic import Field
 
 from tandem.api.base import (
     ENV_NAME_PATTERN,
+    LABEL_VALUE_PATTERN,
     ApiModel,
     LabelKey,
-    Quantity,
+    PositiveQuantity,
     Rule,
     cel,
+    cel_regex,
 )
 
 DnsSubdomain = Annotated[
@@ -64,11 +66,6 @@ def _cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{item}'" for item in items) + "]"
 
 
-def _cel_regex(pattern: str) -> str:
-    """A regex as a single-quoted CEL string literal body (backslashes doubled)."""
-    return pattern.replace("\\", "\\\\")
-
-
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the pool's own namespace. The kubelet reads it; Tandem never does."""
 
@@ -105,7 +102,7 @@ class EnvVar(ApiModel):
                 field_path=".name",
             ),
             Rule(
-                f"!has(self.value) || self.value == '' || !self.name.matches('{_cel_regex(SECRET_ENV_NAME_PATTERN)}')",
+                f"!has(self.value) || self.value == '' || !self.name.matches('{cel_regex(SECRET_ENV_NAME_PATTERN)}')",
                 "env: a token, key, secret or password may not be a literal value: use valueFrom.secretKeyRef",
                 field_path=".value",
             ),
@@ -123,14 +120,42 @@ class EnvVar(ApiModel):
 class Resources(ApiModel):
     """CPU and memory for one container. GPUs are not set here: they follow `gpusPerInstance`."""
 
-    cpu: Quantity | None = None
+    cpu: PositiveQuantity | None = None
     """CPU request and limit, e.g. `32`. Defaults to the operator's per-role default."""
-    memory: Quantity | None = None
+    memory: PositiveQuantity | None = None
     """Memory request and limit, e.g. `512Gi`. Defaults to the operator's per-role default."""
 
 
 class Toleration(ApiModel):
-    """A toleration added to the pods Tandem creates (for tainted GPU nodes)."""
+    """A toleration added to the pods Tandem creates (for tainted GPU nodes).
+
+    The rules are the ones pod creation applies (a toleration it refuses would only fail later, when the
+    operator creates the pods)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "has(self.key) || self.operator == 'Exists'",
+                "tolerations: operator must be Exists when key is empty",
+                field_path=".operator",
+            ),
+            Rule(
+                "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                "tolerations: value must be empty when operator is Exists",
+                field_path=".value",
+            ),
+            Rule(
+                f"!has(self.value) || self.value.matches('{cel_regex(LABEL_VALUE_PATTERN)}')",
+                "tolerations: value must be a valid label value",
+                field_path=".value",
+            ),
+            Rule(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "tolerations: tolerationSeconds needs effect NoExecute",
+                field_path=".tolerationSeconds",
+            ),
+        )
+    }
 
     key: LabelKey | None = None
     """Taint key to tolerate; empty with operator Exists tolerates every taint."""

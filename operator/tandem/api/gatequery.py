@@ -20,6 +20,10 @@ VARIABLES: Final[tuple[str, ...]] = ("pool", "namespace", "revision", "role", "i
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # RFC 1123 label (pool, namespace)
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")  # revision
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+# What the CRD checks of a custom query (a regular language): every `$` starts a known `${name}` or is not
+# followed by `{`, a letter or `_`. Where a variable may stand (inside a quoted matcher) is checked by
+# render_query only: `tandem validate` and the operator, not the API server.
+QUERY_VARIABLES_PATTERN = r"^([^$]|\$\{(" + "|".join(VARIABLES) + r")\}|\$($|[^{A-Za-z_]))*$"
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _REGEX_META = set(r"\.+*?()|[]{}^$")
 

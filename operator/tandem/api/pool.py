@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from tandem.api.base import (
     ADMISSION_ERROR,
-    DIGEST_IMAGE_PATTERN,
+    PRIORITY_CLASS_PATTERN,
     ApiModel,
     DnsLabel,
     Duration,
@@ -29,11 +29,13 @@ from tandem.api.base import (
     Rule,
     admission_checks,
     cel,
+    cel_regex,
+    image_field,
     immutable,
 )
-from tandem.api.celenv import condition_problem
+from tandem.api.celenv import CONDITION_GRAMMAR, CONDITION_PATTERN, condition_problem
 from tandem.api.common import URL_PASSWORD_PATTERN, EnvVar, Resources, SecretKeyRef, Toleration
-from tandem.api.gatequery import QueryRenderError, QueryVars, render_query
+from tandem.api.gatequery import QUERY_VARIABLES_PATTERN, VARIABLES, QueryRenderError, QueryVars, render_query
 
 MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
 GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
@@ -100,6 +102,12 @@ EngineArg = Annotated[
 
 # --- model -----------------------------------------------------------------------------------
 
+# A `..` path segment in a model source (also percent-encoded): the loader would read outside the bucket,
+# claim or directory the source names.
+SOURCE_TRAVERSAL_PATTERN = r"^[a-z0-9]+://(.*/)?(\.|%2[eE]){2}(/.*)?$"
+# An oci:// model source pinned by digest: a tag can move under a running pool.
+OCI_PINNED_PATTERN = r"^oci://[^@\s]+@sha256:[a-f0-9]{64}$"
+
 
 class ModelSpec(ApiModel):
     """The model the pool serves."""
@@ -125,7 +133,16 @@ class ModelSpec(ApiModel):
                 Rule(
                     f"!self.matches('{URL_PASSWORD_PATTERN.replace(chr(92), chr(92) * 2)}')",
                     "model.source may not carry a password (user:password@): use model.tokenSecretRef",
-                )
+                ),
+                Rule(
+                    f"!self.matches('{cel_regex(SOURCE_TRAVERSAL_PATTERN)}')",
+                    "model.source may not contain a '..' path segment (plain or percent-encoded)",
+                ),
+                Rule(
+                    f"!self.startsWith('oci://') || self.matches('{cel_regex(OCI_PINNED_PATTERN)}')",
+                    "model.source: an oci:// source must be pinned by digest "
+                    "(oci://registry/repository@sha256:<64 hex>)",
+                ),
             ),
         ),
     ]
@@ -220,18 +237,7 @@ class StackSpec(ApiModel):
 
     version: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
     """Human version label of the stack, e.g. `v32`. Shown in status, printer columns and the scorecard."""
-    image: Annotated[
-        str,
-        Field(
-            max_length=512,
-            json_schema_extra=cel(
-                Rule(
-                    f"self.matches('{DIGEST_IMAGE_PATTERN.replace(chr(92), chr(92) * 2)}')",
-                    "stack.image must be pinned by digest (repository@sha256:<64 hex>)",
-                )
-            ),
-        ),
-    ]
+    image: Annotated[str, Field(max_length=512, json_schema_extra=image_field("stack.image"))]
     """Engine image pinned by digest, e.g. `docker.io/vllm/vllm-openai-rocm:v0.33.0@sha256:...`. A tag alone is
     rejected: a moving tag would change revisions behind Tandem's back."""
     args: Annotated[list[EngineArg], Field(max_length=64)] = []
@@ -318,6 +324,17 @@ class RdmaResource(ApiModel):
 class PlacementSpec(ApiModel):
     """Where instances run: GPU resource, node selection, co-location of a pair and spread."""
 
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel(
+            Rule(
+                "!has(self.rdma) || self.rdma.name != self.gpuResource",
+                "placement.rdma.name may not be the GPU resource (placement.gpuResource): every instance would "
+                "request GPUs twice",
+                field_path=".rdma.name",
+            )
+        )
+    }
+
     gpu_resource: Annotated[
         str,
         Field(
@@ -339,7 +356,7 @@ class PlacementSpec(ApiModel):
     """Node label naming the domain a pair stays inside when it cannot share a node."""
     spread_topology_key: LabelKey = "topology.kubernetes.io/zone"
     """Node label across which pairs are spread evenly."""
-    priority_class_name: Annotated[str, Field(max_length=253)] | None = None
+    priority_class_name: Annotated[str, Field(max_length=253, pattern=PRIORITY_CLASS_PATTERN)] | None = None
     """PriorityClass for instance pods."""
     gpu_budget: Annotated[int, Field(ge=1, le=65_536)] | None = None
     """GPU budget checked at admission: maxPairs (or replicas when autoscaling is off) × GPUs per pair must fit.
@@ -595,6 +612,19 @@ with stable (rank + mean tests, 99 %, ≥ 10 % worse on average), errors by Fish
 the local hit ratio within 10 % of stable's (the warm-up's measure). Fields set on the gate win."""
 
 
+GateCondition = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        json_schema_extra=cel(
+            Rule(f"self.matches('{cel_regex(CONDITION_PATTERN)}')", f"condition: must be {CONDITION_GRAMMAR}")
+        ),
+    ),
+]
+"""A gate condition in the regular subset of CEL the API server can check (celenv.CONDITION_PATTERN)."""
+
+
 class MetricGate(ApiModel):
     """One Prometheus gate of the canary analysis."""
 
@@ -637,15 +667,31 @@ class MetricGate(ApiModel):
     ) = None
     """A built-in query on vLLM metric names (see docs/design/001-api.md). `result` is in seconds, tokens/s or a 0-1
     ratio."""
-    query: Annotated[str, Field(max_length=4096)] | None = None
+    query: (
+        Annotated[
+            str,
+            Field(
+                max_length=4096,
+                json_schema_extra=cel(
+                    Rule(
+                        f"self.matches('{cel_regex(QUERY_VARIABLES_PATTERN)}')",
+                        "query: variables are written ${name}, name one of "
+                        + ", ".join(VARIABLES)
+                        + " (a $ followed by a letter, _ or { must start one)",
+                    )
+                ),
+            ),
+        ]
+        | None
+    ) = None
     """PromQL with variables `${pool}`, `${namespace}`, `${revision}`, `${role}`, `${interval}`; must return one
     series."""
     role: Literal["prefill", "decode", "any"] = "any"
     """Role the `${role}` variable selects."""
-    success_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    success_condition: GateCondition | None = None
     """CEL over `result` (the canary's value) and `baseline` (the same query on the stable revision), e.g. `result <=
     1.0`."""
-    failure_condition: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    failure_condition: GateCondition | None = None
     """CEL that marks a Failure, e.g. `result > baseline * 1.2`. With only a failureCondition, anything else is a
     Success."""
     min_samples: Annotated[int, Field(ge=0, le=10_000_000)] = DEFAULT_MIN_SAMPLES
@@ -696,25 +742,26 @@ class MetricGate(ApiModel):
 class EvalGate(ApiModel):
     """A Job that runs an eval (e.g. tool-call exact match) against the canary revision."""
 
-    image: Annotated[
-        str,
-        Field(
-            max_length=512,
-            json_schema_extra=cel(
-                Rule(
-                    f"self.matches('{DIGEST_IMAGE_PATTERN.replace(chr(92), chr(92) * 2)}')",
-                    "eval.image must be pinned by digest (repository@sha256:<64 hex>)",
-                )
-            ),
-        ),
-    ]
+    image: Annotated[str, Field(max_length=512, json_schema_extra=image_field("eval.image"))]
     """Eval image pinned by digest."""
     command: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)] = []
     """Container command."""
     args: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=32)] = []
     """Container args. The canary's endpoints arrive in env `TANDEM_TARGET_URLS`."""
-    env: Annotated[list[EnvVar], Field(max_length=32)] = []
-    """Extra environment."""
+    env: Annotated[
+        list[EnvVar],
+        Field(
+            max_length=32,
+            json_schema_extra=cel(
+                Rule(
+                    "self.all(e, !e.name.startsWith('TANDEM_'))",
+                    "eval.env: TANDEM_* variables (TANDEM_TARGET_URLS, TANDEM_MODEL...) are set by Tandem and may "
+                    "not be overridden: the eval must test the canary",
+                )
+            ),
+        ),
+    ] = []
+    """Extra environment (not `TANDEM_*`: Tandem sets the target, model, revision and pool)."""
     min_score_percent: Annotated[int, Field(ge=0, le=100)]
     """Lowest passing score in percent. The Job reports `{"score": <percent>}` as its termination message."""
     deadline: Duration = "20m"
@@ -925,6 +972,19 @@ class InferencePoolSpec(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel(
+            Rule(
+                "!self.autoscaling.enabled || "
+                "(self.pairs.replicas >= self.autoscaling.minPairs"
+                " && self.pairs.replicas <= self.autoscaling.maxPairs)",
+                "pairs.replicas must be within autoscaling.minPairs..maxPairs when autoscaling is enabled",
+                field_path=".pairs.replicas",
+            ),
+            Rule(
+                "self.rollout.maxUnavailable == 0 || self.pairs.replicas == 0 "
+                "|| self.rollout.maxUnavailable < self.pairs.replicas",
+                "rollout.maxUnavailable must be less than pairs.replicas (a rollout would take every pair down)",
+                field_path=".rollout.maxUnavailable",
+            ),
             Rule(
                 "!has(self.placement.gpuBudget) || "
                 "(self.autoscaling.enabled ? self.autoscaling.maxPairs : self.pairs.replicas)"

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from tandem import API_VERSION
 from tandem.api.base import ADMISSION_CONTEXT, ADMISSION_ERROR
-from tandem.api.celenv import holds
+from tandem.api.celenv import holds, pattern_matches
 from tandem.api.crdgen import openapi_schema
 from tandem.api.resources import KIND_BY_NAME, KindInfo
 
@@ -148,7 +148,7 @@ def _check(schema: dict[str, Any], value: Any, path: str, errors: list[FieldErro
                     f"Invalid value: {_fmt(value)}: {path} in body should be at least {schema['minLength']} chars long",
                 )
             )
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not pattern_matches(schema["pattern"], value):
             errors.append(
                 FieldError(path, f"Invalid value: {_fmt(value)}: {path} in body should match '{schema['pattern']}'")
             )
@@ -311,13 +311,13 @@ def _qualified_name_error(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if "/" in key and not prefix:
         return "prefix part must be non-empty"
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return f"prefix part {_SUBDOMAIN_MSG}"
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
         return "name part must be no more than 63 characters"
-    if not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.fullmatch(name):
         return (
             "name part must consist of alphanumeric characters, '-', '_' or '.', "
             "and must start and end with an alphanumeric character"
@@ -361,7 +361,7 @@ def metadata_errors(metadata: Any) -> list[FieldError]:
             errors.append(FieldError("metadata.name", "Required value: name or generateName is required"))
     elif not isinstance(name, str):
         errors.append(FieldError("metadata.name", f"Invalid value: {_fmt(name)}: metadata.name must be a string"))
-    elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    elif len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         errors.append(FieldError("metadata.name", f"Invalid value: {_fmt(name)}: {_SUBDOMAIN_MSG}"))
     for field in ("generateName", "namespace"):
         value = metadata.get(field)
@@ -370,11 +370,11 @@ def metadata_errors(metadata: Any) -> list[FieldError]:
                 FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: metadata.{field} must be a string")
             )
     namespace = metadata.get("namespace")
-    if isinstance(namespace, str) and namespace and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
+    if isinstance(namespace, str) and namespace and (len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace)):
         errors.append(FieldError("metadata.namespace", f"Invalid value: {_fmt(namespace)}: {_LABEL_MSG}"))
     labels = _string_map(metadata, "labels", errors)
     for value in labels.values():
-        if len(value) > 63 or not _LABEL_VALUE.match(value):
+        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             errors.append(
                 FieldError(
                     "metadata.labels",
@@ -392,7 +392,7 @@ def metadata_errors(metadata: Any) -> list[FieldError]:
             errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: must be of type {kind}"))
     for field in ("creationTimestamp", "deletionTimestamp"):
         value = metadata.get(field)
-        if isinstance(value, str) and not _RFC3339.match(value):
+        if isinstance(value, str) and not _RFC3339.fullmatch(value):
             errors.append(FieldError(f"metadata.{field}", f"Invalid value: {_fmt(value)}: not an RFC 3339 time"))
     finalizers = metadata.get("finalizers")
     if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
@@ -414,8 +414,10 @@ def validate_object(obj: Any, old: dict[str, Any] | None = None) -> list[FieldEr
     if not isinstance(obj, dict):
         return [FieldError("", "a manifest must be a mapping")]
     kind = obj.get("kind")
-    if obj.get("apiVersion") != API_VERSION or kind not in KIND_BY_NAME:
-        return [FieldError("", f"not a Tandem object: apiVersion {obj.get('apiVersion')!r} kind {kind!r}")]
+    if kind not in KIND_BY_NAME:
+        return [FieldError("kind", f"not a Tandem kind: {kind!r} (apiVersion {obj.get('apiVersion')!r})")]
+    if obj.get("apiVersion") != API_VERSION:
+        return [FieldError("apiVersion", f"not a Tandem version: {obj.get('apiVersion')!r} (kind {kind!r})")]
     value_errors = json_value_errors(obj)
     if value_errors:
         return value_errors

@@ -231,7 +231,7 @@ def test_gate_condition_checked_at_admission_only() -> None:
     gate = {"name": "ttft", "template": "TTFTP95", "successCondition": "latency < 1.0"}
     obj = pool_with("spec.rollout.analysis.metrics", [gate])
     path = "spec.rollout.analysis.metrics[0].successCondition"
-    assert "unknown variable" in errors_at(obj)[path]
+    assert "condition: must be comparisons" in errors_at(obj)[path]
     # The operator parses the stored object without admission checks: the API server accepted it, so
     # the rollout pauses on it at run time instead of the whole pool going unreconciled.
     assert InferencePool.model_validate(obj).spec.rollout.analysis.metrics[0].success_condition == "latency < 1.0"
@@ -247,8 +247,10 @@ def test_duplicate_gate_names_are_refused() -> None:
     ("query", "problem"),
     [
         pytest.param('sum(rate(x{pool="${pool}",role=~"${role}"}[${interval}]))', None, id="renders"),
-        pytest.param('sum(x{pool="${pol}"})', "unknown variable ${pol}", id="unknown-variable"),
-        pytest.param('sum(x{pool="$pool"})', "write variables as ${name}", id="grafana-style"),
+        pytest.param('sum(x{pool="${pol}"})', "query: variables are written ${name}", id="unknown-variable"),
+        pytest.param('sum(x{pool="$pool"})', "query: variables are written ${name}", id="grafana-style"),
+        pytest.param('sum(x{pool="${pool"})', "query: variables are written ${name}", id="malformed"),
+        pytest.param('sum(x{pool=~"a$"})', None, id="regex-anchor"),
         pytest.param("sum(x{pool=${pool}})", "inside a quoted label matcher", id="unquoted"),
         pytest.param('sum(x{role="${role}"})', "is a regex", id="role-not-regex-matcher"),
         pytest.param('sum(x{pool="${pool}})', "unterminated string", id="unterminated"),

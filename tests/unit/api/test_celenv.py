@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tandem.api.celenv import CelError, compile_check, evaluate, holds
+from tandem.api.celenv import CONDITION_PATTERN, CelError, compile_check, condition_problem, evaluate, holds
 from tandem.api.quantity import format_bytes, parse_duration, parse_quantity
+
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +98,78 @@ def test_format_bytes_round_trips() -> None:
     assert format_bytes(64 * 2**30) == "64Gi"
     assert parse_quantity(format_bytes(3 * 2**20)) == 3 * 2**20
     assert format_bytes(1000) == "1000"
+
+
+# --- the gate condition grammar the CRD checks (design note 010) ------------------------------------
+
+_SPACES = st.sampled_from(["", " ", "  ", "\t", "\n"])
+_NUMBERS = st.builds(
+    lambda whole, frac, exp: f"{whole}.{frac}{exp}",
+    st.integers(0, 10**6),
+    st.integers(0, 999),
+    st.sampled_from(["", "e3", "E-2", "e+10"]),
+)
+_OPERANDS = st.builds(
+    lambda neg, x: neg + x, st.sampled_from(["", "-"]), st.one_of(st.sampled_from(["result", "baseline"]), _NUMBERS)
+)
+
+
+@st.composite
+def _arith(draw: st.DrawFn) -> str:
+    out = draw(_OPERANDS)
+    for _ in range(draw(st.integers(0, 3))):
+        out += draw(_SPACES) + draw(st.sampled_from("+-*/")) + draw(_SPACES) + draw(_OPERANDS)
+    return out
+
+
+@st.composite
+def conditions(draw: st.DrawFn) -> str:
+    def comparison() -> str:
+        op = draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]))
+        return draw(_arith()) + draw(_SPACES) + op + draw(_SPACES) + draw(_arith())
+
+    out = draw(_SPACES) + comparison()
+    for _ in range(draw(st.integers(0, 3))):
+        out += draw(_SPACES) + draw(st.sampled_from(["&&", "||"])) + draw(_SPACES) + comparison()
+    return out + draw(_SPACES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(condition=conditions())
+def test_every_sentence_of_the_condition_grammar_is_a_valid_gate_condition(condition: str) -> None:
+    """The CRD pattern admits exactly this grammar; every sentence must compile, read only result and
+    baseline, and be boolean, or the API server would admit a condition that fails at run time."""
+    assert re.search(CONDITION_PATTERN, condition), condition
+    assert condition_problem(condition) is None, condition
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        pytest.param("result <=", id="does-not-parse"),
+        pytest.param("latency > 1.0", id="unknown-variable"),
+        pytest.param("result * 2.0", id="not-boolean"),
+        pytest.param("result <= 1", id="integer-literal"),
+        pytest.param("result\u00a0<= 1.0", id="unicode-space"),
+        pytest.param("size(result) > 1.0", id="function"),
+        pytest.param("result <= 1.0 && (baseline > 0.5)", id="parentheses"),
+        pytest.param("result <= 1.0\n#", id="trailing-text"),
+        pytest.param("result <= 1.0\n", id="trailing-newline-ok"),
+    ],
+)
+def test_the_condition_grammar_refuses(condition: str) -> None:
+    matched = re.search(CONDITION_PATTERN, condition) is not None
+    assert matched is condition.endswith("1.0\n")
+
+
+def test_every_condition_in_examples_and_docs_is_in_the_grammar() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in (REPO / "examples").glob("*.yaml")]
+    texts.append((REPO / "docs" / "design" / "001-api.md").read_text(encoding="utf-8"))
+    found = [
+        m.group(2)
+        for text in texts
+        for m in re.finditer(r"(successCondition|failureCondition):\s*\"?([^\"\n}]+?)\"?\s*[,}\n]", text)
+    ]
+    assert found
+    for condition in found:
+        assert re.search(CONDITION_PATTERN, condition), condition
