@@ -140,7 +140,7 @@ def test_edited_revision_snapshot_is_never_used_to_recreate_stable_pods(
     assert FOREIGN_IMAGE not in _images(pods), sorted(_images(pods))
     assert _images(pods) <= {IMAGE.format(tag="v1"), IMAGE.format(tag="v2")}, sorted(_images(pods))
     assert crds.get("pod", victim, namespace=ns) is None, "a stable pod was recreated from the edited snapshot"
-    assert snapshot in cond["message"], cond
+    assert stable in cond["message"], cond
     assert _operator_deletes(audit_log, user, ns, since) == []
 
 
