@@ -282,7 +282,11 @@ def test_s_del_02_crd_delete_denied_without_the_annotation(chart: ChartInstall) 
 @pytest.mark.parametrize(
     "overrides, want",
     [
-        pytest.param({"securityContext": {"privileged": True}}, "privileged containers", id="privileged"),
+        pytest.param(
+            {"securityContext": {"privileged": True, "allowPrivilegeEscalation": True}},
+            "privileged containers",
+            id="privileged",
+        ),
         pytest.param({"hostNetwork": True}, "hostNetwork", id="hostNetwork"),
         pytest.param({"hostPID": True}, "hostPID and hostIPC are never allowed", id="hostPID"),
         pytest.param({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath volumes", id="hostPath"),
@@ -307,7 +311,9 @@ def test_s_wl_03_scope(chart: ChartInstall, bare: str) -> None:
     sa = chart.sa_kube()
     plain = json.dumps(operator_pod_manifest("plain"))
     sa.run("create", "-n", bare, "--dry-run=server", "-f", "-", stdin=plain)
-    privileged = json.dumps(operator_pod_manifest("rdma", securityContext={"privileged": True}))
+    privileged = json.dumps(
+        operator_pod_manifest("rdma", securityContext={"privileged": True, "allowPrivilegeEscalation": True})
+    )
     proc = sa.run("create", "-n", chart.cache_namespace, "--dry-run=server", "-f", "-", stdin=privileged, check=False)
     assert proc.returncode != 0 and "privileged containers" in proc.stderr, proc.stderr
     # The backstop matches the operator's identity only: the admin's privileged pod passes it.

@@ -270,7 +270,12 @@ FORGERIES = [
         "added capabilities",
         id="SYS_ADMIN",
     ),
-    pytest.param(_set("c.securityContext.privileged", True), "privileged containers", id="privileged"),
+    pytest.param(
+        # the API server itself refuses privileged together with allowPrivilegeEscalation=false
+        lambda pod: _container(pod)["securityContext"].update(privileged=True, allowPrivilegeEscalation=True),
+        "privileged containers",
+        id="privileged",
+    ),
     pytest.param(_set("hostNetwork", True), "hostNetwork", id="hostNetwork"),
     pytest.param(_set("hostPID", True), "hostPID", id="hostPID"),
     pytest.param(_set("automountServiceAccountToken", True), "automountServiceAccountToken=false", id="token mounted"),
@@ -318,7 +323,7 @@ def test_forged_eval_job_pod_and_cache_namespace_pod_refused(fleet: Fleet) -> No
     assert code != 0 and "tandem-operator-pods" in out, out
 
     store = _without_owner(mc.build_master_pod(_cache_ref(fleet.chart.cache_namespace), 0, {}))
-    store["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    store["spec"]["containers"][0]["securityContext"].update(privileged=True, allowPrivilegeEscalation=True)
     code, out = _create(fleet.sa, fleet.chart.cache_namespace, store)
     assert code != 0 and "privileged containers" in out, out
     master_on_host = _without_owner(mc.build_master_pod(_cache_ref(fleet.chart.cache_namespace), 0, {}))
