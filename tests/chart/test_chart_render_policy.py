@@ -69,7 +69,11 @@ CLUSTER_CEILING: dict[tuple[str, str], set[str]] = {("", "nodes"): {"get", "list
 # The router (its own ServiceAccount): reads ConfigMaps in the serving namespaces, nothing else.
 ROUTER_CEILING: dict[tuple[str, str], set[str]] = {("", "configmaps"): {"get", "list", "watch"}}
 # Leader election, in the release namespace only (a Role there, not a ClusterRole).
-RELEASE_CEILING: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"create", "get", "update"}}
+RELEASE_CEILING: dict[tuple[str, str], set[str]] = {
+    ("coordination.k8s.io", "leases"): {"create", "get", "update"},
+    # The drain loop finds every router replica through the router Service's EndpointSlices (008-router.md).
+    ("discovery.k8s.io", "endpointslices"): {"list"},
+}
 FORBIDDEN_VERBS = {"*", "bind", "escalate", "impersonate", "deletecollection"}
 FORBIDDEN_RESOURCES = {
     "secrets",
@@ -264,7 +268,8 @@ def test_s_pod_08_zero_replicas_render() -> None:
 
 
 def test_operator_flags() -> None:
-    """The Deployment passes exactly the `tandem run` flags (one --namespace per served namespace)."""
+    """The Deployment passes exactly the `tandem run` flags (one --namespace per served namespace); defaults the
+    operator owns (`--max-concurrent-passes`) are passed only when a value is set."""
     args = operator_container(render([FULL_VALUES]))["args"]
     assert args == [
         "--namespace=speed",
@@ -281,8 +286,8 @@ def test_operator_flags() -> None:
         "--allowed-registry=ghcr.io/example",
         "--allowed-registry=registry.example.com:5000/inference",
         "--log-format=text",
-        "--max-concurrent-passes=8",
         "--leader-election-id=tandem",
+        "--router-service=tandem-system/tandem-router",
     ]
     minimal = operator_container(render())
     assert minimal["args"] == [
@@ -292,8 +297,8 @@ def test_operator_flags() -> None:
         "--allowed-registry=docker.io/vllm",
         "--allowed-registry=docker.io/rocm",
         "--log-format=json",
-        "--max-concurrent-passes=8",
         "--leader-election-id=tandem",
+        "--router-service=tandem-system/tandem-router",
     ]
     assert "command" not in minimal, "the image's ENTRYPOINT is `tandem run`"
     assert not any("all-namespaces" in a or a in ("-A", "--all-namespaces") for a in args)
@@ -538,7 +543,7 @@ def test_admission_policies_rendered() -> None:
         assert binding["spec"]["validationActions"] == want
         assert policies[name]["spec"]["failurePolicy"] == ("Ignore" if want == ["Warn"] else "Fail")
     by_tandem = policies["tandem-operator-pods"]["spec"]["matchConditions"][0]["expression"]
-    assert by_tandem == "request.userInfo.username == 'system:serviceaccount:tandem-system:tandem'"
+    assert by_tandem.startswith("request.userInfo.username == 'system:serviceaccount:tandem-system:tandem' ||")
     prefixes = policies["tandem-pool-images"]["spec"]["variables"][0]
     assert prefixes == {"name": "prefixes", "expression": "['docker.io/vllm/', 'docker.io/rocm/']"}
     # No params object: a built-in paramKind breaks after uninstall/reinstall (kubernetes#130887).
@@ -548,9 +553,49 @@ def test_admission_policies_rendered() -> None:
         assert "paramRef" not in binding["spec"]
 
 
-def test_operator_pod_backstop_excludes_only_the_cache_namespace() -> None:
-    binding = one(render([FULL_VALUES]), "ValidatingAdmissionPolicyBinding", "tandem-operator-pods")
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["mooncake"]}
-    ]
-    assert "matchResources" not in one(render(), "ValidatingAdmissionPolicyBinding", "tandem-operator-pods")["spec"]
+def test_operator_pod_backstop_covers_every_namespace_and_allows_host_network_only_in_the_cache_namespace() -> None:
+    """Issue 19 class 8: the backstop binding has no namespace exclusion any more; the cache namespace's one
+    extra (an RDMA store's host network and IPC_LOCK) is a rule inside the policy, not a hole."""
+    for values, cache_rule in ((FULL_VALUES, "namespaceObject.metadata.name == 'mooncake'"), (MINIMAL_VALUES, None)):
+        objects = render([values])
+        binding = one(objects, "ValidatingAdmissionPolicyBinding", "tandem-operator-pods")
+        assert "matchResources" not in binding["spec"]
+        variables = {
+            v["name"]: v["expression"]
+            for v in one(objects, "ValidatingAdmissionPolicy", "tandem-operator-pods")["spec"]["variables"]
+        }
+        if cache_rule:
+            assert cache_rule in variables["rdmaStore"]
+        else:
+            assert variables["rdmaStore"].endswith("&& false")
+
+
+def test_operator_pod_backstop_checks_identity_token_secrets_images_and_eval_jobs() -> None:
+    """The backstop matches the operator's pods and Jobs and the Job controller's eval pods, only writes
+    that change the spec, and has a rule for each of: non-root, hardening, ServiceAccount and token,
+    Secret volumes, images (digest and allow-list)."""
+    spec = one(render(), "ValidatingAdmissionPolicy", "tandem-operator-pods")["spec"]
+    resources = {(r["apiGroups"][0], r["resources"][0]) for r in spec["matchConstraints"]["resourceRules"]}
+    assert resources == {("", "pods"), ("batch", "jobs")}
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert "'tandem.dev/component' && object.metadata.labels[k] == 'eval'" in conditions["by-tandem"]
+    assert conditions["spec-written"] == "request.operation == 'CREATE' || object.spec != oldObject.spec"
+    messages = " | ".join(v["message"] for v in spec["validations"])
+    for want in (
+        "hostPID and hostIPC are never allowed",
+        "hostPath",
+        "privileged containers",
+        "IPC_LOCK on pods of RDMA pools",
+        "hostPort",
+        "readOnlyRootFilesystem=true and drop ALL",
+        "must run as non-root",
+        "default ServiceAccount with automountServiceAccountToken=false",
+        "no Secret except an engine's model token",
+        "pinned by digest from an allowed registry",
+    ):
+        assert want in messages, want
+    images = spec["validations"][-1]["expression"]
+    assert "variables.prefixes.exists" in images and "@sha256:[a-f0-9]{64}$" in images
+    no_allow_list = {"admissionPolicies": {"imageRegistries": {"enabled": False, "allowed": []}}}
+    plain = one(render([MINIMAL_VALUES], no_allow_list), "ValidatingAdmissionPolicy", "tandem-operator-pods")
+    assert "prefixes" not in plain["spec"]["validations"][-1]["expression"]

@@ -274,9 +274,13 @@ def test_router_network_policy(values: Path) -> None:
     spec = one(objects, "NetworkPolicy", ROUTER)["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert _matches(spec["podSelector"], router_pod_labels(objects))
-    clients, monitoring = spec["ingress"]
+    clients, monitoring, operator = spec["ingress"]
     assert clients["ports"] == [{"port": "http", "protocol": "TCP"}]
     assert monitoring["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    # The operator's drain loop reads each replica's open streams on the metrics port (008-router.md).
+    assert operator["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (operator_peer,) = operator["from"]
+    assert operator_peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
     assert monitoring["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     api, engines = spec["egress"]
     assert all(set(peer) == {"ipBlock"} for peer in api["to"])
@@ -289,9 +293,9 @@ def test_router_network_policy(values: Path) -> None:
 
 
 def test_router_clients_default_every_pod_and_narrowed_in_full() -> None:
-    (default_clients, _) = one(render(), "NetworkPolicy", ROUTER)["spec"]["ingress"]
+    default_clients = one(render(), "NetworkPolicy", ROUTER)["spec"]["ingress"][0]
     assert default_clients["from"] == [{"namespaceSelector": {}}]
-    (full_clients, _) = one(render([FULL_VALUES]), "NetworkPolicy", ROUTER)["spec"]["ingress"]
+    full_clients = one(render([FULL_VALUES]), "NetworkPolicy", ROUTER)["spec"]["ingress"][0]
     assert full_clients["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}]
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from tandem.builders.common import container_security
 from tandem.dev.kube import Kubectl
 from tests.chart.chartlib import FULL_VALUES, MINIMAL_VALUES, render_text
 from tests.cluster.chart_fixtures import (
@@ -97,11 +98,19 @@ def delete(kube: Kubectl, namespace: str, *what: str, dry_run: bool = False) -> 
 
 
 def operator_pod_manifest(name: str, **overrides: Any) -> dict[str, Any]:
-    """A pod like the ones Tandem creates; ``overrides`` are merged into the container or the pod spec."""
-    container: dict[str, Any] = {"name": "engine", "image": EXAMPLE_POOL["spec"]["stack"]["image"]}
+    """A pod like the ones Tandem creates (its container hardening included); ``overrides`` are merged into
+    the container (its securityContext key by key) or the pod spec."""
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": EXAMPLE_POOL["spec"]["stack"]["image"],
+        "securityContext": container_security(),
+    }
     spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
     for key, value in overrides.items():
-        (container if key in ("securityContext", "ports") else spec)[key] = value
+        if key == "securityContext":
+            container[key] = {**container[key], **value}
+        else:
+            (container if key == "ports" else spec)[key] = value
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
@@ -273,9 +282,13 @@ def test_s_del_02_crd_delete_denied_without_the_annotation(chart: ChartInstall) 
 @pytest.mark.parametrize(
     "overrides, want",
     [
-        pytest.param({"securityContext": {"privileged": True}}, "privileged containers", id="privileged"),
+        pytest.param(
+            {"securityContext": {"privileged": True, "allowPrivilegeEscalation": True}},
+            "privileged containers",
+            id="privileged",
+        ),
         pytest.param({"hostNetwork": True}, "hostNetwork", id="hostNetwork"),
-        pytest.param({"hostPID": True}, "hostNetwork, hostPID and hostIPC", id="hostPID"),
+        pytest.param({"hostPID": True}, "hostPID and hostIPC are never allowed", id="hostPID"),
         pytest.param({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath volumes", id="hostPath"),
         pytest.param({"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "added capabilities", id="caps"),
         pytest.param({"ports": [{"containerPort": 8000, "hostPort": 8000}]}, "hostPort", id="hostPort"),
@@ -293,12 +306,16 @@ def test_s_wl_03_operator_may_not_create_host_level_pods(
 
 
 def test_s_wl_03_scope(chart: ChartInstall, bare: str) -> None:
-    """A plain pod by the operator is fine; the cache namespace is excluded; other users are not matched."""
+    """A plain pod by the operator is fine; the cache namespace is covered too (issue 19 class 8: only an
+    RDMA store's host network and IPC_LOCK are allowed there); other users are not matched."""
     sa = chart.sa_kube()
     plain = json.dumps(operator_pod_manifest("plain"))
     sa.run("create", "-n", bare, "--dry-run=server", "-f", "-", stdin=plain)
-    privileged = json.dumps(operator_pod_manifest("rdma", securityContext={"privileged": True}))
-    sa.run("create", "-n", chart.cache_namespace, "--dry-run=server", "-f", "-", stdin=privileged)
+    privileged = json.dumps(
+        operator_pod_manifest("rdma", securityContext={"privileged": True, "allowPrivilegeEscalation": True})
+    )
+    proc = sa.run("create", "-n", chart.cache_namespace, "--dry-run=server", "-f", "-", stdin=privileged, check=False)
+    assert proc.returncode != 0 and "privileged containers" in proc.stderr, proc.stderr
     # The backstop matches the operator's identity only: the admin's privileged pod passes it.
     chart.kube.run("create", "-n", bare, "--dry-run=server", "-f", "-", stdin=privileged)
 

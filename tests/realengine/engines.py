@@ -34,6 +34,9 @@ from typing import Any
 
 import pytest
 
+from tandem.builders.common import SCRATCH_DIR
+from tandem.builders.pods import SCRATCH_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 INSTALLER = REPO / "tools" / "realengine" / "install.sh"
 LOOPBACK = "127.0.0.1"
@@ -43,6 +46,8 @@ STARTUP_TIMEOUT_S = 420.0  # 43-141 s measured per start on a loaded 2-core box;
 STOP_TIMEOUT_S = 30.0
 SUBSTITUTED_FLAGS = ("--host", "--port", "--tensor-parallel-size", "--max-model-len", "--kv-transfer-config")
 ADDED_FLAGS = ("--enforce-eager",)
+SCRATCH_NAMES = frozenset(v["name"] for v in SCRATCH_ENV)
+"""Builder variables that point into the pod's scratch emptyDir; relocated under the test's scratch."""
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: a million tokens of the tiny model
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # do not pin OpenMP threads on a shared 2-core machine
@@ -147,6 +152,9 @@ def cpu_env(built: Sequence[Mapping[str, Any]], scratch: Path, side_channel_port
             assert var["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP", var
             env[var["name"]] = LOOPBACK
     env["HF_HOME"] = str(scratch / "hf")
+    # The pod's scratch emptyDir (/tmp: HOME, XDG and compile caches) is this test's scratch directory.
+    for name in SCRATCH_NAMES & env.keys():
+        env[name] = str(tmp) + env[name].removeprefix(SCRATCH_DIR)
     env.update(CPU_ENV)
     # TMPDIR keeps vLLM's ZMQ sockets, dist-init files and inductor cache in the scratch directory.
     env.update(

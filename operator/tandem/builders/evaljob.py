@@ -15,7 +15,7 @@ from typing import Any
 from tandem.api.labels import COMPONENT_EVAL, LABEL_COMPONENT, LABEL_REVISION, eval_job_name
 from tandem.api.pool import EvalGate
 from tandem.api.quantity import parse_duration
-from tandem.builders.common import base_labels, metadata, owner_reference
+from tandem.builders.common import base_labels, container_security, metadata, owner_reference
 
 
 def build_eval_job(
@@ -44,13 +44,7 @@ def build_eval_job(
         "env": env,
         "terminationMessagePolicy": "File",
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-        },
+        "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if gate.command:

@@ -17,8 +17,10 @@ the table with sources):
   --master_server_address --metadata_server --protocol --device_names --enable_http_server=true
   --http_port 9300`; readiness `GET /health` on 9300 (503 while the master is unreachable). Memory
   request = limit = `memoryLimit`, required node affinity on the placed node.
-- RDMA stores only (never from a user field): `hostNetwork`, `IPC_LOCK`, the RDMA device resource;
-  ports shift by the store's slot so two stores on one host do not collide. Nothing is privileged.
+- Every container: non-root (uid 65532), read-only root with a scratch emptyDir at /tmp, no privilege
+  escalation, every capability dropped. RDMA stores only (never from a user field): `hostNetwork`,
+  exactly `IPC_LOCK` (as uid 0: see `container_security`), the RDMA device resource; ports shift by the
+  store's slot so two stores on one host do not collide. Nothing is privileged.
 - `<cache>-client` ConfigMap, key `mooncake.json`: the file vLLM reads from `MOONCAKE_CONFIG_PATH`
   (`mode: standalone-store`, `global_segment_size: 0`, sizes as integer bytes).
 
@@ -49,7 +51,7 @@ from tandem.api.labels import (
     selector_string,
 )
 from tandem.api.quantity import quantity_bytes
-from tandem.builders.common import metadata, owner_reference
+from tandem.builders.common import container_security, metadata, owner_reference, scratch_volume
 
 COMPONENT_MASTER: Final = "mooncake-master"
 COMPONENT_STORE: Final = "mooncake-store"
@@ -207,11 +209,10 @@ def _tcp_probe(port: str, period: int, failures: int) -> dict[str, Any]:
     return {"tcpSocket": {"port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 3}
 
 
-def _security(add: list[str] | None = None) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if add:
-        capabilities["add"] = add
-    return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities}
+def _security(*, ipc_lock: bool = False) -> dict[str, Any]:
+    """Non-root, read-only root (glog and temp files go to the scratch emptyDir); RDMA stores add exactly
+    IPC_LOCK (see `tandem.builders.common.container_security`)."""
+    return container_security(ipc_lock=ipc_lock)
 
 
 def _amounts(cpu: str, memory: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -229,8 +230,11 @@ def _pod(
     extra_spec: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     labels = cache_labels(ref, component) | {LABEL_INSTANCE: str(index)}
+    scratch, scratch_mount = scratch_volume()
+    container = {**container, "volumeMounts": [scratch_mount]}
     spec: dict[str, Any] = {
         "containers": [container],
+        "volumes": [scratch],
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Always",
@@ -377,7 +381,7 @@ def build_store_pod(params: StoreParams, endpoints: CacheEndpoints) -> dict[str,
         "resources": _amounts(store.cpu, store.memory_limit, extra_resources),
         "readinessProbe": _http_probe("/health", "http", 5, 2),
         "livenessProbe": _tcp_probe("http", 20, 6),
-        "securityContext": _security(["IPC_LOCK"] if rdma else None),
+        "securityContext": _security(ipc_lock=rdma),
     }
     extra: dict[str, Any] = {
         "affinity": {

@@ -15,8 +15,10 @@ What goes in (integration.md names, vLLM 0.33):
   `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
   prefill, `MOONCAKE_CONFIG_PATH` when a cache is wired, the weights token as a file.
 - termination grace: `drainTimeout` + a margin (`termination_grace_s`).
-- GPUs as `limits` (= requests) of the pool's GPU resource; probes on vLLM's `/health`; PSS baseline
-  (no privilege, no host namespaces, RuntimeDefault seccomp; `IPC_LOCK` only with an RDMA resource).
+- GPUs as `limits` (= requests) of the pool's GPU resource; probes on vLLM's `/health`; PSS restricted
+  (non-root uid 65532, read-only root with a scratch emptyDir at /tmp for HOME, TMPDIR and caches, no
+  privilege escalation, every capability dropped, RuntimeDefault seccomp), except with an RDMA resource:
+  then exactly `IPC_LOCK` as uid 0 (see `tandem.builders.common.container_security`).
 - Placement: a required node affinity on the node the planner chose; without one, a required pod
   affinity keeps the pair's instances together (same node, or same pair topology domain).
 """
@@ -47,7 +49,14 @@ from tandem.api.labels import (
 )
 from tandem.api.quantity import parse_quantity
 from tandem.api.revision import RevisionSpec
-from tandem.builders.common import base_labels, metadata, owner_reference
+from tandem.builders.common import (
+    SCRATCH_DIR,
+    base_labels,
+    container_security,
+    metadata,
+    owner_reference,
+    scratch_volume,
+)
 
 ENGINE_PORT = 8000
 MOONCAKE_BOOTSTRAP_PORT = 8998
@@ -63,6 +72,21 @@ DEFAULT_DRAIN_TIMEOUT_S = 120.0
 TERMINATION_MARGIN_S = 15
 """Seconds beyond ``drainTimeout`` an engine gets after SIGTERM: vLLM stops accepting, lets open requests
 finish, then frees the GPU and its KV-transfer agent; the margin covers that last part."""
+SCRATCH_ENV: tuple[dict[str, str], ...] = (
+    {"name": "HOME", "value": SCRATCH_DIR},
+    {"name": "TMPDIR", "value": SCRATCH_DIR},
+    {"name": "XDG_CACHE_HOME", "value": f"{SCRATCH_DIR}/.cache"},
+    {"name": "XDG_CONFIG_HOME", "value": f"{SCRATCH_DIR}/.config"},
+    {"name": "VLLM_CACHE_ROOT", "value": f"{SCRATCH_DIR}/vllm"},
+    {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{SCRATCH_DIR}/torchinductor"},
+)
+"""Where vLLM and its libraries write, on the scratch emptyDir (the root filesystem is read-only):
+HOME (Triton, MIOpen, usage stats), TMPDIR (ZMQ sockets, vllm_dist_*), the compile caches. The inductor
+path is explicit because its default embeds `getpass.getuser()`, which fails for a uid without a passwd
+entry (docs real-engine.md)."""
+ENGINE_SUPPLEMENTAL_GROUPS = (44,)
+"""`video`, the usual group of the AMD GPU device nodes (/dev/kfd, /dev/dri) on ROCm hosts, so the
+non-root engine can open them. Hosts whose `render` group owns them need that gid too (host-specific)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +220,7 @@ def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str, revision: s
         {"name": "TANDEM_ROLE", "value": role},
         *([{"name": "TANDEM_REVISION", "value": revision}] if revision else []),
         {"name": "HF_HOME", "value": MODEL_CACHE_DIR},
+        *SCRATCH_ENV,
     ]
     connector = spec.stack.kv_transfer.connector
     if connector == "MooncakeConnector" or spec.cache is not None:
@@ -288,14 +313,17 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
     model_arg, volumes, mounts = model_location(spec.model.source)
     gpus = (spec.prefill if params.role == "prefill" else spec.decode).gpus_per_instance
     shm = f"{min(64, 8 * gpus)}Gi"
+    scratch, scratch_mount = scratch_volume()
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
         {"name": "model-cache", "emptyDir": {}},
+        scratch,
         *volumes,
     ]
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "model-cache", "mountPath": MODEL_CACHE_DIR},
+        scratch_mount,
         *mounts,
     ]
     if spec.model.token_secret_ref is not None:
@@ -312,9 +340,6 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         ports.append({"name": "kv-bootstrap", "containerPort": MOONCAKE_BOOTSTRAP_PORT, "protocol": "TCP"})
     if spec.stack.kv_transfer.connector == "NixlConnector":
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if spec.placement.rdma is not None:
-        capabilities["add"] = ["IPC_LOCK"]
     container = {
         "name": "engine",
         "image": spec.stack.image,
@@ -328,7 +353,7 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         "startupProbe": _probe(10, 360),
         "readinessProbe": _probe(5, 3),
         "livenessProbe": _probe(15, 4),
-        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities},
+        "securityContext": container_security(ipc_lock=spec.placement.rdma is not None),
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
@@ -337,7 +362,10 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         "enableServiceLinks": False,
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": termination_grace_s(params.drain_timeout_s),
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "supplementalGroups": list(ENGINE_SUPPLEMENTAL_GROUPS),
+        },
         "tolerations": [t.wire() for t in spec.placement.tolerations],
     }
     if spec.placement.node_selector:

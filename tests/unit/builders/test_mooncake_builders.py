@@ -64,8 +64,14 @@ def test_master_pod_golden() -> None:
     assert main["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "privileged": False,
+        "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
     }
+    assert main["volumeMounts"] == [{"name": "scratch", "mountPath": "/tmp"}]
+    assert pod["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert "hostNetwork" not in pod["spec"] and "affinity" not in pod["spec"]
 
@@ -143,10 +149,13 @@ def test_store_pod_rdma_gets_host_network_ipc_lock_and_devices_only_from_the_pro
     pod = b.build_store_pod(b.StoreParams(r, 0, "n1", 1), endpoints)
     main = container(pod)
     assert pod["spec"]["hostNetwork"] is True and pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    # Exactly IPC_LOCK, as uid 0: an added capability never reaches a non-root process (no ambient caps).
     assert main["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "privileged": False,
+        "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+        "runAsUser": 0,
     }
     assert main["resources"]["limits"]["amd.com/vnic"] == "1"
     assert "--device_names=ionic_0,ionic_1" in main["args"] and "--protocol=rdma" in main["args"]

@@ -115,3 +115,61 @@ def test_engine_pod_termination_grace_is_drain_timeout_plus_margin(drain_timeout
         drain_timeout_s=drain_timeout_s,
     )
     assert build_instance_pod(params)["spec"]["terminationGracePeriodSeconds"] == grace
+
+
+@pytest.mark.parametrize(
+    ("rdma", "want"),
+    [
+        pytest.param(
+            None,
+            {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "capabilities": {"drop": ["ALL"]}},
+            id="non-root without rdma",
+        ),
+        pytest.param(
+            RDMA,
+            {"runAsUser": 0, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}},
+            id="exactly IPC_LOCK as uid 0 with an rdma resource",
+        ),
+    ],
+)
+def test_engine_pod_security_read_only_root_with_scratch_for_home_and_caches(
+    rdma: dict[str, object] | None, want: dict[str, object]
+) -> None:
+    """Issue 19 class 8: engines run non-root with a read-only root; what vLLM writes (HOME, TMPDIR, the
+    compile caches) lands on the scratch emptyDir. An RDMA pool adds exactly IPC_LOCK, which works only
+    for uid 0 (Kubernetes sets no ambient capabilities)."""
+    builder = make_pool().pairs(1)
+    if rdma is not None:
+        builder.placement(rdma=rdma)
+    spec = revision_spec(builder.obj().spec)
+    pod = build_instance_pod(
+        InstanceParams(
+            pool="speed", namespace="ns", pool_uid="u", pair=0, role="decode", instance=0, revision="r", spec=spec
+        )
+    )
+    (container,) = pod["spec"]["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        **want,
+    }
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    env = {v["name"]: v.get("value", "") for v in container["env"]}
+    writable = [
+        p for p in mounts if not any(m["mountPath"] == p and m.get("readOnly") for m in container["volumeMounts"])
+    ]
+    for name in (
+        "HOME",
+        "TMPDIR",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "VLLM_CACHE_ROOT",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "HF_HOME",
+    ):
+        assert any(env[name] == p or env[name].startswith(p + "/") for p in writable), (name, env[name])
