@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -156,3 +157,68 @@ def annotation_line(path: Path, key: str) -> str | None:
         if line.startswith(f"# {key}:"):
             return line.split(":", 1)[1].strip()
     return None
+
+
+# --- engine scrape configuration (templates/enginescrape.yaml) ----------------------------------------
+
+ENGINE_SCRAPE_VALUES: Mapping[str, Any] = {
+    "metrics.enginePodMonitor.enabled": True,
+    "metrics.engineScrapeConfig.enabled": True,
+}
+ENGINE_SCRAPE_CONFIGMAP_KEY = "tandem-engines.yaml"
+_SD_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def engine_scrape_job(objects: Sequence[Obj]) -> Obj:
+    """The plain Prometheus job of the ``<fullname>-engine-scrape-config`` ConfigMap, parsed."""
+    configmaps = of_kind(objects, "ConfigMap")
+    configmap = next(o for o in configmaps if o["metadata"]["name"].endswith("-engine-scrape-config"))
+    jobs: list[Obj] = yaml.safe_load(configmap["data"][ENGINE_SCRAPE_CONFIGMAP_KEY])["scrape_configs"]
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+def pod_sd_targets(pod: Obj, pod_ip: str = "10.0.0.7") -> list[dict[str, str]]:
+    """The targets Prometheus's Kubernetes SD (``role: pod``) discovers for ``pod``: one per container
+    port, with the ``__meta_kubernetes_*`` labels a relabel rule can read (label names sanitized as
+    Prometheus does: every character outside ``[a-zA-Z0-9_]`` becomes ``_``)."""
+    meta = pod["metadata"]
+    base = {"__meta_kubernetes_namespace": meta["namespace"], "__meta_kubernetes_pod_name": meta["name"]}
+    for key, value in meta.get("labels", {}).items():
+        name = _SD_INVALID.sub("_", key)
+        base[f"__meta_kubernetes_pod_label_{name}"] = value
+        base[f"__meta_kubernetes_pod_labelpresent_{name}"] = "true"
+    targets = []
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports", []):
+            targets.append(
+                base
+                | {
+                    "__address__": f"{pod_ip}:{port['containerPort']}",
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                    "__meta_kubernetes_pod_container_port_protocol": port.get("protocol", "TCP"),
+                }
+            )
+    return targets
+
+
+def apply_relabel(rules: Sequence[Obj], labels: Mapping[str, str]) -> dict[str, str] | None:
+    """The ``keep`` and default ``replace`` subset of Prometheus relabeling, for fast render checks (the
+    realengine tier runs the rendered rules through a real Prometheus). ``None``: the target is dropped.
+    Any other action or field fails, so a rule this cannot judge is never judged wrongly."""
+    out = dict(labels)
+    for rule in rules:
+        assert set(rule) <= {"action", "source_labels", "regex", "target_label"}, rule
+        value = ";".join(out.get(name, "") for name in rule["source_labels"])
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if rule["action"] == "keep":
+            if match is None:
+                return None
+        elif rule["action"] == "replace":
+            if match is not None:
+                out[rule["target_label"]] = match.group(1)
+        else:
+            raise AssertionError(f"unsupported relabel action {rule['action']}")
+    return {k: v for k, v in out.items() if not k.startswith("__")}

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.realengine.engines import (
     cpu_args,
     cpu_env,
     free_port,
+    post_json,
     real_env,
     wait_http,
 )
@@ -118,7 +120,25 @@ def router(prefill: BuiltEngine, decode: BuiltEngine, served_name: str, scratch:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
-        yield f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        _warm_pd(url, served_name, prefill, decode)
+        yield url
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _warm_pd(router: str, served_name: str, prefill: BuiltEngine, decode: BuiltEngine) -> None:
+    """One P/D request before any test: the decode engine's first request to a prefill engine runs the
+    NIXL handshake, and it runs here, once, with nothing else in flight. No retry: a failure fails every
+    test that needs the router, with both engines' log tails."""
+    body = {"model": served_name, "prompt": "def warm(self):", "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    try:
+        out = post_json(f"{router}/v1/completions", body)
+    except (OSError, urllib.error.HTTPError) as exc:
+        pytest.fail(
+            f"the first P/D request through the router failed: {exc}\n"
+            f"--- prefill log ---\n{prefill.engine.tail()}\n--- decode log ---\n{decode.engine.tail()}",
+            pytrace=False,
+        )
+    assert out["usage"]["completion_tokens"] == body["max_tokens"], out

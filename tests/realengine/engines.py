@@ -12,7 +12,10 @@ test can assert that everything else the builder emitted reaches vLLM unchanged 
 - added: ``--enforce-eager`` (skips ~40 s of torch.compile per start) and ``kv_buffer_device: cpu`` in every
   NixlConnector dict (the default is a CUDA buffer);
 - env: values from the Downward API (``status.podIP``) become 127.0.0.1; ``HF_HOME`` moves to the scratch
-  directory; the CPU backend's own settings, the NIXL side-channel port and UCX loopback transports are added.
+  directory; the CPU backend's own settings, the NIXL side-channel port and UCX loopback transports are added;
+  ``PYTHONPATH`` loads ``cpushim/sitecustomize.py``, which stops each idle NIXL agent from spinning a core
+  (NIXL's Python agent polls its UCX progress thread with a 0 ms timeout; two engines then starve a
+  2-core machine and vLLM's fixed 5 s NIXL handshake timeout fails).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from tandem.builders.common import SCRATCH_DIR
 from tandem.builders.pods import SCRATCH_ENV
 
 REPO = Path(__file__).resolve().parents[2]
+CPU_SHIM = Path(__file__).resolve().parent / "cpushim"
+CPU_SHIM_APPLIED = "tandem-realengine-shim: NIXL progress-thread poll timeout 0 -> "
 INSTALLER = REPO / "tools" / "realengine" / "install.sh"
 LOOPBACK = "127.0.0.1"
 CPU_MAX_MODEL_LEN = 2048  # the tiny model's max_position_embeddings (make_tiny_model.py)
@@ -161,6 +166,7 @@ def cpu_env(built: Sequence[Mapping[str, Any]], scratch: Path, side_channel_port
         TMPDIR=str(tmp),
         VLLM_CACHE_ROOT=str(scratch / "cache"),
         VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_channel_port),
+        PYTHONPATH=str(CPU_SHIM),
     )
     return env
 

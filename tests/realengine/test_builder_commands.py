@@ -18,6 +18,7 @@ from tandem.api.labels import Role
 from tests.realengine.builtpods import BuiltEngine, built_pod, example_cache_wiring, example_pool
 from tests.realengine.engines import (
     ADDED_FLAGS,
+    CPU_SHIM_APPLIED,
     LOOPBACK,
     SCRATCH_NAMES,
     SUBSTITUTED_FLAGS,
@@ -133,5 +134,7 @@ def test_built_engines_start_and_serve(role: str, prefill: BuiltEngine, decode: 
         {"model": served_name, "prompt": "def schedule(self):", "max_tokens": 4, "temperature": 0, "ignore_eos": True},
     )
     assert out["usage"]["completion_tokens"] == 4
-    found = deprecations(built.engine.log.read_text(errors="replace"), built.container["args"])
+    log = built.engine.log.read_text(errors="replace")
+    found = deprecations(log, built.container["args"])
     assert not found, found
+    assert CPU_SHIM_APPLIED in log, "the NIXL idle-spin shim did not apply (engines.py, cpushim/)"

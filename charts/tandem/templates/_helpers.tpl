@@ -155,3 +155,38 @@ the MooncakeConnector bootstrap server (the router's `/query`).
 */}}
 {{- define "tandem.enginePort" -}}8000{{- end -}}
 {{- define "tandem.engineBootstrapPort" -}}8998{{- end -}}
+
+{{/*
+Engine scrape relabeling: the ONE source of the rules both the PodMonitor and the plain Prometheus job
+render (enginescrape.yaml). They keep only Tandem's engine pods (labels `tandem.dev/component=engine`,
+`app.kubernetes.io/managed-by=tandem`, as operator/tandem/builders/pods.py sets them) on their `http`
+port (the OpenAI port, where vLLM serves /metrics), and write the series label contract of
+operator/tandem/core/promql.py: `namespace`, `pool`, `revision`, `role`, `pair`, `pod`, from the pod's
+namespace, `tandem.dev/*` labels and name. Without these target labels every built-in gate and every
+autoscaling query matches nothing. Argument: (dict "style" "operator") for the PodMonitor's camelCase
+keys, (dict "style" "prometheus") for prometheus.yml's snake_case keys.
+*/}}
+{{- define "tandem.engineRelabelRules" -}}
+{{- $rules := list
+  (dict "action" "keep" "source" (list "__meta_kubernetes_pod_label_tandem_dev_component") "regex" "engine")
+  (dict "action" "keep" "source" (list "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by") "regex" "tandem")
+  (dict "action" "keep" "source" (list "__meta_kubernetes_pod_container_port_name") "regex" "http")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_namespace") "target" "namespace")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_pod_label_tandem_dev_pool") "target" "pool")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_pod_label_tandem_dev_revision") "target" "revision")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_pod_label_tandem_dev_role") "target" "role")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_pod_label_tandem_dev_pair") "target" "pair")
+  (dict "action" "replace" "source" (list "__meta_kubernetes_pod_name") "target" "pod")
+-}}
+{{- $operator := eq .style "operator" -}}
+{{- range $rules }}
+- action: {{ .action }}
+  {{ if $operator }}sourceLabels{{ else }}source_labels{{ end }}: {{ toJson .source }}
+  {{- with .regex }}
+  regex: {{ . }}
+  {{- end }}
+  {{- with .target }}
+  {{ if $operator }}targetLabel{{ else }}target_label{{ end }}: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}

@@ -52,12 +52,24 @@ def _duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
-def build_config(targets_dir: Path, scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S) -> dict[str, Any]:
+def build_config(
+    targets_dir: Path,
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+    relabel_configs: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
     """prometheus.yml as a dict (pure). One job, ``tandem``, fed only by file_sd.
 
     A target file may set ``job`` (and ``__metrics_path__``) in its labels to override the defaults.
+    ``relabel_configs`` run on every target: a test that registers the ``__meta_kubernetes_*`` labels a
+    Kubernetes SD would discover can run the chart's own relabel rules on them.
     """
     interval = _duration(scrape_interval_s)
+    job: dict[str, Any] = {
+        "job_name": "tandem",
+        "file_sd_configs": [{"files": [str(targets_dir / TARGETS_GLOB)], "refresh_interval": interval}],
+    }
+    if relabel_configs:
+        job["relabel_configs"] = [dict(rule) for rule in relabel_configs]
     return {
         "global": {
             "scrape_interval": interval,
@@ -65,12 +77,7 @@ def build_config(targets_dir: Path, scrape_interval_s: float = DEFAULT_SCRAPE_IN
             "evaluation_interval": interval,
             "external_labels": {"tandem_dev": "true"},
         },
-        "scrape_configs": [
-            {
-                "job_name": "tandem",
-                "file_sd_configs": [{"files": [str(targets_dir / TARGETS_GLOB)], "refresh_interval": interval}],
-            }
-        ],
+        "scrape_configs": [job],
     }
 
 
@@ -93,6 +100,7 @@ class PrometheusServer:
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     lookback_delta: str = DEFAULT_LOOKBACK_DELTA
     pid: int | None = None
+    relabel_configs: Sequence[Mapping[str, Any]] = ()
 
     @property
     def url(self) -> str:
@@ -129,7 +137,9 @@ class PrometheusServer:
         self.targets_dir.mkdir(exist_ok=True)
         if not self.port:
             self.port = free_port()
-        self.config_path.write_text(yaml.safe_dump(build_config(self.targets_dir, self.scrape_interval_s)))
+        self.config_path.write_text(
+            yaml.safe_dump(build_config(self.targets_dir, self.scrape_interval_s, self.relabel_configs))
+        )
         with self.log_path.open("ab") as log:
             proc = subprocess.Popen(
                 self.command(),

@@ -21,6 +21,13 @@ def test_config_scrapes_only_file_sd_targets_at_a_short_interval(tmp_path: Path)
     assert job["file_sd_configs"][0]["files"] == [str(tmp_path / "targets" / "*.json")]
 
 
+def test_config_runs_the_given_relabel_rules_on_every_target(tmp_path: Path) -> None:
+    rules = [{"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http"}]
+    (job,) = prometheus.build_config(tmp_path, 1, relabel_configs=rules)["scrape_configs"]
+    assert job["relabel_configs"] == rules
+    assert job["relabel_configs"] is not rules  # a copy: the caller's rules stay the caller's
+
+
 @pytest.mark.parametrize(
     ("seconds", "want"),
     [pytest.param(2, "2s", id="whole"), pytest.param(0.25, "250ms", id="fraction")],
