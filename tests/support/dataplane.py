@@ -158,12 +158,23 @@ class LoopbackDoubles:
     def serve(self, table: RoutingTable, model: str) -> None:
         """Start a double for every endpoint of ``table`` that has an address and none yet."""
         for pair in table.pairs:
+            transfer = pair.transfer
+            prefills = {id(e) for e in pair.prefill}
             for endpoint in (*pair.prefill, *pair.decode):
                 if endpoint.address is None or endpoint.address in self.by_address:
                     continue
                 host, _, port = endpoint.address.rpartition(":")
                 assert host.startswith("127."), f"{endpoint.pod} has a non-loopback address {endpoint.address}"
-                double = self._run(EngineDouble(name=endpoint.pod, host=host, port=int(port), model=model).start())
+                # A MooncakeConnector prefill also serves vLLM's bootstrap `/query` on the table's port.
+                mooncake = transfer.connector == "MooncakeConnector" and id(endpoint) in prefills
+                double = EngineDouble(
+                    name=endpoint.pod,
+                    host=host,
+                    port=int(port),
+                    model=model,
+                    bootstrap_port=transfer.bootstrap_port if mooncake else None,
+                )
+                double = self._run(double.start())
                 self.by_address[endpoint.address] = double
                 self.by_pod[endpoint.pod] = double
 
