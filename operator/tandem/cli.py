@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tandem.dev.benchctl", ("bench",)),  # bench controller
     ("tandem.dev.routerbench", ("bench",)),  # bench router
     ("tandem.router.cli", ("router",)),
+    ("tandem.evalclient", ("eval",)),
 )
 
 # Third-party packages of the optional `sim` extra (pyproject.toml; a test keeps the two in step). A command
