@@ -305,7 +305,7 @@ def test_eval_gate(rollout_env: Any, score: int, want_phase: str) -> None:
         "image": "ghcr.io/example/tool-call-eval:1.4@sha256:" + "cd" * 32,
         "minScorePercent": 98,
         "deadline": "2m",
-        "env": [{"name": "TANDEM_SIM_EVAL_SCORE", "value": str(score)}],
+        "env": [{"name": "SIM_EVAL_SCORE", "value": str(score)}],
     }
     manifest = pool_manifest(rollout_env[2], "v2-eval", eval=gate, metrics=[])
     manifest["spec"]["rollout"]["steps"] = [{"setCanaryPairs": 1}, {"analysis": {"eval": True}}, {"setWeight": 100}]

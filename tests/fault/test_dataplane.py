@@ -42,9 +42,10 @@ def test_dp02_node_drained_mid_canary_freezes_the_step_below_the_floor(
     prometheus: PrometheusServer,
     live_metrics: Exporter,
 ) -> None:
-    """DP-02: at the analysis step (2 stable + 1 canary serving, floor 3), a stable pair's node is cordoned
-    and drained (`kubectl drain`: eviction) with no spare GPUs left. The evicted pair is not counted and
-    the step stays frozen while Ready < floor, although the canary's gates keep passing."""
+    """DP-02: at the analysis step (surge capacity: 3 stable + 1 canary serving, floor 3), two stable pairs'
+    nodes are drained (`kubectl drain`: eviction) with no spare GPUs left. The evicted pairs are not counted
+    and the step stays frozen while Ready < floor, although the canary's gates keep passing. (Before surge
+    canaries the step ran with 2 stable + 1 canary and one drained node was enough to go below the floor.)"""
     gpu_nodes.add(4)
     args = [f"--prometheus-url={prometheus.url}", "--scrape-interval=1"]
     operator_factory([ns], extra_args=args)
@@ -57,32 +58,33 @@ def test_dp02_node_drained_mid_canary_freezes_the_step_below_the_floor(
     ):
         apply(crds, ns, pool_manifest("speed", gpu_nodes, replicas=3, version="v2", analysis=analysis))
         wait_until(
-            "analysis step with 2 stable + 1 canary serving and the drained stable pair gone",
+            "analysis step with 3 stable + 1 canary serving (surge)",
             lambda: (
                 (s := status(crds, ns, "speed"))["rollout"].get("stepIndex") == 1
-                and s["pairs"]["ready"] == 3
+                and s["pairs"]["ready"] == 4
                 and s["pairs"]["draining"] == 0
-                and len(engine_pods(crds, ns, "speed")) == 6
+                and len(engine_pods(crds, ns, "speed")) == 8
             ),
             timeout_s=90,
         )
         used = {p["spec"]["nodeName"]: p["metadata"]["labels"]["tandem.dev/revision"] for p in engine_pods(crds, ns)}
-        victim = next(n for n, rev in sorted(used.items()) if rev == stable)
+        victims = [n for n, rev in sorted(used.items()) if rev == stable][:2]
         for node in gpu_nodes.names:
             if node not in used:
-                cordon(crds, node)  # no spare GPUs: the evicted pair cannot come back at once
+                cordon(crds, node)  # no spare GPUs: the evicted pairs cannot come back at once
         evicted_at = time.time()
-        crds.run(
-            "drain",
-            victim,
-            "--force",
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--grace-period=1",
-            "--timeout=60s",
-        )
+        for victim in victims:
+            crds.run(
+                "drain",
+                victim,
+                "--force",
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--grace-period=1",
+                "--timeout=60s",
+            )
         below = wait_until(
-            "the evicted pair no longer counted",
+            "the evicted pairs no longer counted",
             lambda: (s := status(crds, ns, "speed"))["pairs"]["ready"] == 2 and s,
             timeout_s=30,
         )

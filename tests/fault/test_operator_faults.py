@@ -255,8 +255,9 @@ def test_op07_prometheus_blackhole_bounds_passes_and_holds_the_canary(
     crds: Kubectl, ns: str, gpu_nodes: GpuNodes, operator_factory: Any, tcp_fault: TcpFault
 ) -> None:
     """OP-07: Prometheus accepts TCP and never answers. Analysis passes stay bounded by the query timeout
-    (Error / MetricsUnavailable), the canary holds its step, and another pool still scales."""
-    gpu_nodes.add(4)
+    (Error / MetricsUnavailable), the canary holds its step, and another pool still scales. Five nodes: the
+    canary surges (2 stable + 1 canary), the other pool grows 1 → 2."""
+    gpu_nodes.add(5)
     tcp_fault.blackhole()
     args = [f"--prometheus-url={tcp_fault.url}", "--scrape-interval=1"]
     op: OperatorProcess = operator_factory([ns], extra_args=args)

@@ -19,7 +19,7 @@ Pod lifecycle (KWOK pods never run; these stages write their status):
    (meant for ``restartPolicy: Never`` pods such as an eval Job's; a kubelet would restart others).
 5. ``tandem-pod-complete``: a Ready pod owned by a Job -> Succeeded after
    ``tandem.dev/sim-run-seconds`` (default 0), so an eval Job passes by default; a container env var
-   ``TANDEM_SIM_EVAL_SCORE=<n>`` becomes its termination message ``{"score": <n>}`` (what a real eval
+   ``SIM_EVAL_SCORE=<n>`` becomes its termination message ``{"score": <n>}`` (what a real eval
    image writes), so a test can script an eval result through the eval gate's own ``env``.
 6. ``tandem-pod-delete``: a pod with a deletionTimestamp is deleted with grace period 0, as the
    kubelet does once containers stop. Finalizers stay with their owners (a pod with a finalizer stays
@@ -373,7 +373,7 @@ containerStatuses:
       reason: Completed
       startedAt: {{ or $.status.startTime $now | Quote }}
       finishedAt: {{ $now | Quote }}
-{{ range .env }}{{ if eq .name "TANDEM_SIM_EVAL_SCORE" }}      message: {{ printf `{"score": %s}` .value | Quote }}
+{{ range .env }}{{ if eq .name "SIM_EVAL_SCORE" }}      message: {{ printf `{"score": %s}` .value | Quote }}
 {{ end }}{{ end }}
 {{ end }}
 phase: Succeeded
