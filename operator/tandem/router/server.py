@@ -71,7 +71,6 @@ async def start_router(
         app = build_health_app(metrics, store)
         add_streams_route(app, store, loads)  # the operator's drain loop reads it (tandem.core.drains)
         health = HealthListener(app, metrics_host, metrics_port)
-        health.start()
     router = Router(store, metrics, config, loads)
     scraping = router.config.scrape_interval_s > 0
     if scraping:
@@ -81,6 +80,10 @@ async def start_router(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
+    if health is not None:
+        # Only now: `/ready` must not answer before the request listener accepts (the first scrape round
+        # above takes up to the scrape timeout, and a client that trusted `/ready` got a refused connection).
+        health.start()
     bound = port
     for address in runner.addresses:
         bound = int(address[1])
