@@ -509,6 +509,11 @@ def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision
         for pair in snapshot.routing.pairs:
             if pair.revision == desired and pair.state is PairState.SERVING:
                 urls.extend(f"http://{e.address}" for e in pair.decode if e.address)
+    if not urls:
+        # No canary pair is published as serving yet (the table lags the pass that made the pair Ready):
+        # an eval without a target would measure nothing. The next pass starts it; the gate's deadline
+        # still bounds the step.
+        return None
     return EvalJobRequest(step=status.step_index, revision=desired, target_urls=tuple(urls))
 
 
