@@ -12,8 +12,6 @@ import logging
 import math
 import threading
 import urllib.request
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -27,21 +25,6 @@ from tandem.routing import Admission, PairLoad, Revisions, RoutingTable, candida
 from tests.component.test_router import Lab, _samples, make_table
 
 pytestmark = pytest.mark.component
-
-
-@pytest.fixture
-async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        await lab.close()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-        yield session
 
 
 class FakeClock:

@@ -7,9 +7,6 @@ stream ends. Loopback only: the router, engine doubles and a table file.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import aiohttp
 import pytest
 
@@ -23,21 +20,6 @@ from tandem.routing.streams import STREAMS_PATH, StreamsReport
 from tests.component.test_router import Lab, _bump_mtime, make_table
 
 pytestmark = pytest.mark.component
-
-
-@pytest.fixture
-async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        await lab.close()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-        yield session
 
 
 async def _report(client: aiohttp.ClientSession, lab: Lab) -> StreamsReport:

@@ -48,7 +48,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tandem.routing import ENGINE_METRIC_KV_USAGE, ENGINE_METRIC_RUNNING, ENGINE_METRIC_WAITING
+from tandem import enginemetrics as em
 
 DEFAULT_MODEL = "double-model"
 NIXL_SIDE_CHANNEL_PORT = 5600
@@ -195,9 +195,9 @@ class EngineDouble:
         """The ``/metrics`` page: vLLM 0.32's names, types and labels for the admission gauges."""
         labels = f'{{engine="0",model_name="{self.model}"}}'
         gauges = (
-            (ENGINE_METRIC_RUNNING, "Number of requests in model execution batches.", float(self.running)),
-            (ENGINE_METRIC_WAITING, "Number of requests waiting to be processed.", float(self.waiting)),
-            (ENGINE_METRIC_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", self.kv_usage),
+            (em.RUNNING, "Number of requests in model execution batches.", float(self.running)),
+            (em.WAITING, "Number of requests waiting to be processed.", float(self.waiting)),
+            (em.KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", self.kv_usage),
         )
         return "".join(
             f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name}{labels} {value}\n"

@@ -43,9 +43,6 @@ import aiohttp
 from tandem import enginemetrics as em
 from tandem.router.tables import TableStore
 from tandem.routing import (
-    ENGINE_METRIC_KV_USAGE,
-    ENGINE_METRIC_RUNNING,
-    ENGINE_METRIC_WAITING,
     PairLoad,
     PairState,
 )
@@ -70,7 +67,7 @@ SCRAPE_ERROR_CONNECT = "ConnectError"
 SCRAPE_ERROR_STATUS = "HttpStatus"
 SCRAPE_ERROR_NO_METRICS = "NoMetrics"
 
-_WANTED: Final = (ENGINE_METRIC_RUNNING, ENGINE_METRIC_WAITING, ENGINE_METRIC_KV_USAGE)
+_WANTED: Final = (em.RUNNING, em.WAITING, em.KV_USAGE)
 
 
 @dataclass(frozen=True)
@@ -116,9 +113,9 @@ def parse_engine_metrics(text: str) -> EngineSample:
             if not math.isfinite(value):
                 continue
             seen = True
-            if name == ENGINE_METRIC_RUNNING:
+            if name == em.RUNNING:
                 running += value
-            elif name == ENGINE_METRIC_WAITING:
+            elif name == em.WAITING:
                 waiting += value
             else:
                 kv = max(kv, value)

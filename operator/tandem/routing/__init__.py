@@ -6,9 +6,6 @@ and publishes tables; routers and the fleet simulator import the algorithm. See
 """
 
 from tandem.routing.algorithm import (
-    ENGINE_METRIC_KV_USAGE,
-    ENGINE_METRIC_RUNNING,
-    ENGINE_METRIC_WAITING,
     NO_LOAD,
     CandidateSet,
     Outcome,
@@ -53,9 +50,6 @@ from tandem.routing.table import (
 
 __all__ = [
     "CONFIGMAP_KEY",
-    "ENGINE_METRIC_KV_USAGE",
-    "ENGINE_METRIC_RUNNING",
-    "ENGINE_METRIC_WAITING",
     "NO_LOAD",
     "ROUTING_API_VERSION",
     "Admission",

@@ -85,7 +85,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from tandem import enginemetrics as em
 from tandem.routing.table import (
     DEFAULT_PAIR_WEIGHT,
     DEFAULT_PREFIX_CHARS,
@@ -350,14 +349,6 @@ def compute_pair_weights(
 
 
 # --- bounded-load walk ---------------------------------------------------------------------------
-
-
-ENGINE_METRIC_RUNNING: Final = em.RUNNING
-"""The vLLM gauge a :class:`PairLoad`'s ``in_flight`` is read from (requests in execution batches)."""
-ENGINE_METRIC_WAITING: Final = em.WAITING
-"""The vLLM gauge ``queued`` is read from (requests waiting to be scheduled)."""
-ENGINE_METRIC_KV_USAGE: Final = em.KV_USAGE
-"""The vLLM gauge ``kv_utilization_percent`` is read from (0-1; 1 means 100 percent)."""
 
 
 @dataclass(frozen=True)
