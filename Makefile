@@ -7,21 +7,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TANDEM := $(VENV)/bin/tandem
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: help setup generate verify lint typecheck test test-fast test-realengine demo demo-down bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN{FS=":.*## "} {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps from PyPI)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade "pip>=25.1"
-	@$(PY) -m pip install -q -e . --group dev
+	@$(PY) -m pip install -q -e . -e ./lab --group dev
 	@rm -f $(VENV)/.installed-*; touch $@
 
-setup: $(STAMP) ## create the virtualenv and install Tandem with its dev tools (idempotent)
+setup: $(STAMP) ## create the virtualenv and install Tandem (product + lab, editable) with its dev tools (idempotent)
 
 generate: setup ## render crds/ (and the chart's copy) from the API models
 	@$(TANDEM) crds
@@ -32,8 +32,8 @@ verify: generate ## regenerate, then fail if anything differs from what is commi
 	@test -z "$$(git status --porcelain -- crds charts)" || { git status --porcelain -- crds charts; echo "untracked generated files"; exit 1; }
 
 lint: setup ## ruff (lint + format check), import-linter contracts, yamllint on examples
-	@$(VENV)/bin/ruff check operator tests tools
-	@$(VENV)/bin/ruff format --check operator tests tools
+	@$(VENV)/bin/ruff check operator lab tests tools
+	@$(VENV)/bin/ruff format --check operator lab tests tools
 	@$(VENV)/bin/lint-imports
 	@$(VENV)/bin/yamllint -s -c .yamllint.yaml examples
 

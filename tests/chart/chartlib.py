@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tandem.dev.testenv import locate
+from tandem_lab.dev.testenv import locate
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tandem.dev import cluster as devcluster
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev import cluster as devcluster
+from tandem_lab.dev.kube import Kubectl
 from tests.chart.chartlib import CHART, RELEASE, RELEASE_NAMESPACE, TEST_DIGEST, run_helm
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ import yaml
 
 from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
-from tandem.dev.exporter import Exporter
-from tandem.dev.kube import Kubectl
-from tandem.dev.prometheus import PrometheusServer
+from tandem_lab.dev.exporter import Exporter
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.prometheus import PrometheusServer
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 
 

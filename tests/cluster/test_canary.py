@@ -1,6 +1,6 @@
 """Staged canary rollouts on the real local control plane, gated on the real Prometheus (issue 6).
 
-Every engine pod the operator creates is mirrored into the test exporter (`tandem.dev.podmetrics`),
+Every engine pod the operator creates is mirrored into the test exporter (`tandem_lab.dev.podmetrics`),
 which serves vLLM-named metrics per pod with behaviour scripted per revision; the cluster's
 Prometheus scrapes it (1 s) and the operator queries that Prometheus. An observer samples the routing
 table every second and records any second with fewer serving pairs than `replicas − maxUnavailable`.
@@ -20,9 +20,9 @@ import yaml
 
 from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
-from tandem.dev.exporter import Exporter
-from tandem.dev.kube import Kubectl
-from tandem.dev.prometheus import PrometheusServer
+from tandem_lab.dev.exporter import Exporter
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.prometheus import PrometheusServer
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 REPLICAS = 3

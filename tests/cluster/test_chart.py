@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tandem.builders.common import container_security
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.chart.chartlib import FULL_VALUES, MINIMAL_VALUES, render_text
 from tests.cluster.chart_fixtures import (
     OPERATOR_USER,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.dev.testenv import Toolchain
+from tandem_lab.dev.testenv import Toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 LOG = REPO / ".logs" / "demo-ci.log"

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tandem.dev import audit, cluster, nodes, stages
-from tandem.dev.kube import Kubectl
-from tandem.dev.prometheus import PrometheusServer
-from tandem.dev.testenv import TestenvError, Toolchain
+from tandem_lab.dev import audit, cluster, nodes, stages
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.prometheus import PrometheusServer
+from tandem_lab.dev.testenv import TestenvError, Toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 STUB_CHART = REPO / "tests" / "fixtures" / "stub-chart"

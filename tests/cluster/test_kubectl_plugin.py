@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.support.clusterfix import DevCluster
 from tests.support.tandem_cluster import REPO, GpuNodes
 

@@ -22,8 +22,8 @@ from tandem.adapters.prometheus import GateTarget, MetricsProvider, PrometheusPr
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
 from tandem.core.promql import compute_rate_window
-from tandem.dev.exporter import Behaviour, Exporter, make_pair_pods
-from tandem.dev.prometheus import PrometheusServer, free_port
+from tandem_lab.dev.exporter import Behaviour, Exporter, make_pair_pods
+from tandem_lab.dev.prometheus import PrometheusServer, free_port
 
 if TYPE_CHECKING:
     from conftest import ScrapeTarget

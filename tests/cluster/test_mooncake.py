@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tandem.dev import audit
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev import audit
+from tandem_lab.dev.kube import Kubectl
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 CACHE = yaml.safe_load((REPO / "examples" / "mooncake-cache.yaml").read_text())

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from tandem.dev import audit
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev import audit
+from tandem_lab.dev.kube import Kubectl
 from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, chart_ns, tandem_chart
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from tandem.api.labels import FINALIZER
-from tandem.dev import audit
-from tandem.dev.kube import Kubectl
-from tandem.dev.nodes import set_gpu_allocatable
+from tandem_lab.dev import audit
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.nodes import set_gpu_allocatable
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
 SPEED = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.cluster.chart_fixtures import OPERATOR_USER, ChartInstall, delete_namespaces, install_chart
 
 if TYPE_CHECKING:

@@ -23,10 +23,10 @@ import yaml
 
 from tandem.api.labels import LABEL_PAIR
 from tandem.core.plan import canary_share
-from tandem.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
-from tandem.dev.kube import Kubectl
 from tandem.routing import NO_LOAD, PairState, RoutingTable, routing_key, select_for_table
 from tandem.routing.table import CONFIGMAP_KEY
+from tandem_lab.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
+from tandem_lab.dev.kube import Kubectl
 from tests.support.dataplane import ROUTER_SERVICE, LoopbackDoubles, RouterProcess, router_endpoint_slice
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 

@@ -1,5 +1,5 @@
 """Live mode on the real local control plane: a pool brought up by the real operator, the Mooncake
-conversation trace replayed through its routing table (``tandem.dev.simlive.LiveMetrics``), and the
+conversation trace replayed through its routing table (``tandem_lab.dev.simlive.LiveMetrics``), and the
 real Prometheus scraping the per-pod vLLM metrics with the series label contract as target labels.
 
 A canary made slow through the control API (HTTP, prefill cost × 3) shows a higher TTFT p90 than
@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tandem.dev.kube import Kubectl
-from tandem.dev.prometheus import PrometheusServer
-from tandem.dev.simlive import LiveMetrics, load_workload
-from tandem.sim.config import load_params
-from tandem.sim.live import LiveOptions
-from tandem.sim.traces import CONVERSATION, traces_dir
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.prometheus import PrometheusServer
+from tandem_lab.dev.simlive import LiveMetrics, load_workload
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.live import LiveOptions
+from tandem_lab.sim.traces import CONVERSATION, traces_dir
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 
 REPLICAS = 3

@@ -28,7 +28,7 @@ from tandem.api.pool import EvalGate
 from tandem.builders import mooncake as mc
 from tandem.builders.evaljob import build_eval_job
 from tandem.builders.pods import ENGINE_PORT, NIXL_SIDE_CHANNEL_PORT
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.cluster.chart_fixtures import ChartInstall, delete_namespaces, install_chart
 from tests.support.netpol import Endpoint, allowed, isolating
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tandem import cli
-from tandem.dev.enginedouble import EngineDouble
 from tandem.evalclient import DatasetError, load_dataset, parse_case, post
+from tandem_lab.dev.enginedouble import EngineDouble
 
 pytestmark = pytest.mark.component
 

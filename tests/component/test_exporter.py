@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tandem.dev.exporter import (
+from tandem_lab.dev.exporter import (
     FINISHED_REASONS,
     TPOT_BUCKETS,
     TTFT_BUCKETS,

@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tandem.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
 from tandem.router.proxy import HEADER_PAIR, RouterConfig
 from tandem.router.server import RunningRouter, start_router
 from tandem.router.tables import REASON_UNREADABLE, FileSource, TableStore
@@ -35,6 +34,7 @@ from tandem.routing import (
     compute_pair_weights,
     routing_key,
 )
+from tandem_lab.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
 
 pytestmark = pytest.mark.component
 

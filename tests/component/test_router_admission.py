@@ -16,12 +16,12 @@ import urllib.request
 import aiohttp
 import pytest
 
-from tandem.dev.enginedouble import Behaviour, EngineDouble
 from tandem.router.proxy import HEADER_PAIR, RequestIdFilter, RouterConfig
 from tandem.router.scrape import parse_engine_metrics
 from tandem.router.server import start_router
 from tandem.router.tables import FileSource
 from tandem.routing import Admission, PairLoad, Revisions, RoutingTable, candidates, routing_key
+from tandem_lab.dev.enginedouble import Behaviour, EngineDouble
 from tests.component.test_router import Lab, _samples, make_table
 
 pytestmark = pytest.mark.component

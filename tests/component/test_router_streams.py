@@ -10,13 +10,13 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from tandem.dev.enginedouble import Behaviour
 from tandem.router.admission import Loads
 from tandem.router.drainreport import build_report
 from tandem.router.proxy import HEADER_PAIR
 from tandem.router.tables import TableStore
 from tandem.routing import Endpoint, Pair, PairState
 from tandem.routing.streams import STREAMS_PATH, StreamsReport
+from tandem_lab.dev.enginedouble import Behaviour
 from tests.component.test_router import Lab, _bump_mtime, make_table
 
 pytestmark = pytest.mark.component

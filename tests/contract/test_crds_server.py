@@ -28,7 +28,7 @@ from tandem.api.pool_status import (
     VersionScore,
 )
 from tandem.api.validate import validate_object
-from tandem.dev.kube import Kubectl, KubectlError
+from tandem_lab.dev.kube import Kubectl, KubectlError
 from tests.support.catalog import BadInput, case_params, example_files
 from tests.support.tandem_cluster import REPO, wait_until
 

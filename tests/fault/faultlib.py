@@ -40,8 +40,8 @@ import yaml
 
 from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
-from tandem.dev import audit
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev import audit
+from tandem_lab.dev.kube import Kubectl
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 
 POOLS = "inferencepools.tandem.dev"

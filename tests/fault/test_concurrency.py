@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.fault.faultlib import (
     POOLS,
     ObjectWatch,

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tandem.dev.exporter import Exporter
-from tandem.dev.kube import Kubectl
-from tandem.dev.prometheus import PrometheusServer
+from tandem_lab.dev.exporter import Exporter
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.prometheus import PrometheusServer
 from tests.fault.faultlib import (
     POOLS,
     ObjectWatch,

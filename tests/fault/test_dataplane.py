@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tandem.dev.exporter import Exporter
-from tandem.dev.kube import Kubectl
-from tandem.dev.nodes import cordon
-from tandem.dev.prometheus import PrometheusServer
+from tandem_lab.dev.exporter import Exporter
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.nodes import cordon
+from tandem_lab.dev.prometheus import PrometheusServer
 from tests.fault.faultlib import (
     POOLS,
     ObjectWatch,

@@ -22,7 +22,7 @@ import pytest
 from tandem.api.labels import LABEL_PAIR, LABEL_POOL, LABEL_REVISION, LABEL_ROLE
 from tandem.core.promql import SERIES_LABELS, TEMPLATES, QueryVars, render_query
 from tandem.core.scalemetrics import scaling_queries
-from tandem.dev.prometheus import PrometheusServer
+from tandem_lab.dev.prometheus import PrometheusServer
 from tests.chart.chartlib import ENGINE_SCRAPE_VALUES, MINIMAL_VALUES, engine_scrape_job, pod_sd_targets, render
 from tests.realengine.builtpods import BuiltEngine
 from tests.realengine.engines import LOOPBACK, post_json

@@ -16,7 +16,7 @@ from tandem.api.revision import revision_spec
 from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot, parse_node
 from tandem.core.plan import plan_pool
-from tandem.dev.kube import Kubectl
+from tandem_lab.dev.kube import Kubectl
 from tests.support.tandem_cluster import LOGS, REPO, GpuNodes, wait_until
 
 PAIRS = 95

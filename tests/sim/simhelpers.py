@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tandem.sim.config import SimParams, load_params
-from tandem.sim.engine import SimOptions, SimResult, Simulation
-from tandem.sim.metrics import Observation
-from tandem.sim.physics import Roofline
-from tandem.sim.policies.base import FleetTarget, Topology
-from tandem.sim.traces import traces_dir
-from tandem.sim.workload import Workload
+from tandem_lab.sim.config import SimParams, load_params
+from tandem_lab.sim.engine import SimOptions, SimResult, Simulation
+from tandem_lab.sim.metrics import Observation
+from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.policies.base import FleetTarget, Topology
+from tandem_lab.sim.traces import traces_dir
+from tandem_lab.sim.workload import Workload
 
 
 def trace_file(name: str) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tandem.sim import bench
-from tandem.sim.config import load_params
+from tandem_lab.sim import bench
+from tandem_lab.sim.config import load_params
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ def test_fleet_writes_json_markdown_and_plots(tmp_path: Path) -> None:
 def test_register_adds_fleet_under_one_bench_command(controller_first: bool) -> None:
     parser = argparse.ArgumentParser(prog="tandem")
     sub = parser.add_subparsers(dest="command")
-    if controller_first:  # what tandem.dev.benchctl registers
+    if controller_first:  # what tandem_lab.dev.benchctl registers
         b = sub.add_parser("bench")
         b.add_subparsers(dest="bench_command").add_parser("controller")
     bench.register(sub)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim.cache import NicModel, PrefixCache, hit_tokens
+from tandem_lab.sim.cache import NicModel, PrefixCache, hit_tokens
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim.decisionlog import decision_log_summary
+from tandem_lab.sim.decisionlog import decision_log_summary
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tandem.cli import main
-from tandem.sim.config import load_params
-from tandem.sim.report import results
-from tandem.sim.runner import run
-from tandem.sim.scenarios import ScenarioConfig
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.report import results
+from tandem_lab.sim.runner import run
+from tandem_lab.sim.scenarios import ScenarioConfig
 
 pytestmark = pytest.mark.unit
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.engine import DECODE, PREFILL, STATUS_FAILED, STATUS_OK, SimOptions, Simulation
-from tandem.sim.metrics import Observation
-from tandem.sim.physics import Roofline
-from tandem.sim.policies.base import FleetTarget
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.engine import DECODE, PREFILL, STATUS_FAILED, STATUS_OK, SimOptions, Simulation
+from tandem_lab.sim.metrics import Observation
+from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.policies.base import FleetTarget
 from tests.sim.simhelpers import FixedFleet, simulate, tiny_workload
 
 pytestmark = pytest.mark.unit
@@ -142,7 +142,7 @@ def test_pairs_topology_routes_whole_pairs_and_drains_on_scale_down() -> None:
 
 def test_a_deleted_group_never_overwrites_the_load_of_a_new_group_with_its_name() -> None:
     # the router's load view must not depend on set order (object addresses): runs would differ
-    from tandem.sim.engine import Group, Revision  # noqa: PLC0415
+    from tandem_lab.sim.engine import Group, Revision  # noqa: PLC0415
 
     sim, _ = simulate(tiny_workload([0.0], [512], [2], [[1]]), FleetTarget(prefill=2, decode=1))
     live = next(iter(sim.groups.values()))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.generator import (
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.generator import (
     GeneratorRun,
     check_bound_by_construction,
     generate,
@@ -15,7 +15,7 @@ from tandem.sim.generator import (
     rate_at,
     summarize_generated,
 )
-from tandem.sim.workload import Workload, infinite_cache_hits
+from tandem_lab.sim.workload import Workload, infinite_cache_hits
 
 pytestmark = pytest.mark.unit
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tandem.sim.cache import PrefixCache
-from tandem.sim.config import SimParams, load_params
-from tandem.sim.policies.base import FleetTarget
-from tandem.sim.traces import CONVERSATION, SYNTHETIC, load_trace
-from tandem.sim.workload import Workload, infinite_cache_hits
+from tandem_lab.sim.cache import PrefixCache
+from tandem_lab.sim.config import SimParams, load_params
+from tandem_lab.sim.policies.base import FleetTarget
+from tandem_lab.sim.traces import CONVERSATION, SYNTHETIC, load_trace
+from tandem_lab.sim.workload import Workload, infinite_cache_hits
 from tests.sim.simhelpers import simulate, trace_file
 
 pytestmark = pytest.mark.unit

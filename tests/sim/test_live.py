@@ -1,4 +1,4 @@
-"""Live mode's fleet model (``tandem.sim.live``): routing through published tables, per-pod vLLM metrics.
+"""Live mode's fleet model (``tandem_lab.sim.live``): routing through published tables, per-pod vLLM metrics.
 
 Workloads are built here (sessions of growing prompts), so the tests do not need the shared traces;
 time is a fake clock advanced in steps.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tandem.routing import Admission, Endpoint, Pair, PairState, Revisions, RoutingTable, compute_pair_weights
-from tandem.sim.config import load_params
-from tandem.sim.live import (
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.live import (
     E2E,
     PREFIX_HITS,
     PREFIX_QUERIES,
@@ -31,7 +31,7 @@ from tandem.sim.live import (
     histogram_quantile,
     live_agentic_workload,
 )
-from tandem.sim.workload import BLOCK_TOKENS, Workload
+from tandem_lab.sim.workload import BLOCK_TOKENS, Workload
 
 pytestmark = pytest.mark.unit
 
@@ -181,8 +181,8 @@ def requests_on(fleet: LiveFleet, i: int) -> int:
 
 
 def test_live_buckets_are_vllms_as_the_exporter_and_offline_metrics_have_them() -> None:
-    from tandem.dev import exporter  # noqa: PLC0415
-    from tandem.sim import live, metrics  # noqa: PLC0415
+    from tandem_lab.dev import exporter  # noqa: PLC0415
+    from tandem_lab.sim import live, metrics  # noqa: PLC0415
 
     assert live.TTFT_BUCKETS == exporter.TTFT_BUCKETS == metrics.TTFT_BUCKETS
     assert live.TPOT_BUCKETS == exporter.TPOT_BUCKETS == metrics.TPOT_BUCKETS
@@ -469,11 +469,11 @@ def test_agentic_workload_replays_with_prefix_keys() -> None:
     assert stats.arrivals > 20 and stats.completed > 0
 
 
-# --- exposition and cluster parsing (tandem.dev.simlive, pure helpers) ---------------------------
+# --- exposition and cluster parsing (tandem_lab.dev.simlive, pure helpers) ---------------------------
 
 
 def test_render_serves_vllm_names_with_cumulative_buckets() -> None:
-    from tandem.dev.simlive import render  # noqa: PLC0415
+    from tandem_lab.dev.simlive import render  # noqa: PLC0415
 
     fleet, clock = make_fleet(FleetSpec(revisions=["r1"]))
     run(fleet, clock, 10)
@@ -502,7 +502,7 @@ def test_render_serves_vllm_names_with_cumulative_buckets() -> None:
 
 
 def test_parse_objects_keeps_ready_engine_pods_and_routing_tables() -> None:
-    from tandem.dev.simlive import parse_objects  # noqa: PLC0415
+    from tandem_lab.dev.simlive import parse_objects  # noqa: PLC0415
 
     table = FleetSpec(revisions=["r1"]).table()
 
@@ -549,7 +549,7 @@ def test_parse_objects_keeps_ready_engine_pods_and_routing_tables() -> None:
 
 
 def test_copies_worked_example_of_the_module_docstring() -> None:
-    from tandem.sim.traces import CONVERSATION, load_trace, traces_dir  # noqa: PLC0415
+    from tandem_lab.sim.traces import CONVERSATION, load_trace, traces_dir  # noqa: PLC0415
 
     path = traces_dir() / CONVERSATION
     if not path.exists():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.oracle import (
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.oracle import (
     RequestFloors,
     _energy,
     _level_coverage_s,
@@ -16,10 +16,10 @@ from tandem.sim.oracle import (
     served_bounds,
     startup_aware_seconds,
 )
-from tandem.sim.physics import Roofline
-from tandem.sim.policies import POLICIES
-from tandem.sim.runner import run, stream
-from tandem.sim.scenarios import ScenarioConfig, build_workload
+from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.policies import POLICIES
+from tandem_lab.sim.runner import run, stream
+from tandem_lab.sim.scenarios import ScenarioConfig, build_workload
 
 pytestmark = pytest.mark.unit
 

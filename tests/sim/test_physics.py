@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tandem.core.capacity import mdl_rho_max, ttft_budget
-from tandem.sim.config import load_params
-from tandem.sim.physics import ProfileTable, Roofline
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.physics import ProfileTable, Roofline
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.metrics import Observation, RoleState
-from tandem.sim.physics import Roofline
-from tandem.sim.policies import make_policy
-from tandem.sim.policies.base import PolicyContext, unit_shape
-from tandem.sim.policies.baselines import HpaRole, KedaQueue, PlannerLike, RatioLocked, StaticPeak
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.metrics import Observation, RoleState
+from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.policies import make_policy
+from tandem_lab.sim.policies.base import PolicyContext, unit_shape
+from tandem_lab.sim.policies.baselines import HpaRole, KedaQueue, PlannerLike, RatioLocked, StaticPeak
 
 pytestmark = pytest.mark.unit
 
@@ -156,7 +156,7 @@ def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> 
         calls.append(args)
         return real(*args, **kwargs)
 
-    import tandem.sim.policies.tandem as adapter  # noqa: PLC0415
+    import tandem_lab.sim.policies.tandem as adapter  # noqa: PLC0415
 
     monkeypatch.setattr(adapter, "compute_desired_pairs", spy)
     policy = make_policy("tandem", make_ctx(), 3000)
@@ -169,7 +169,7 @@ def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_tandem_policy_fails_loudly_without_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "tandem.sim.policies.tandem", raising=False)
+    monkeypatch.delitem(sys.modules, "tandem_lab.sim.policies.tandem", raising=False)
     real_import = builtins.__import__
 
     def broken(name: str, *args: Any, **kwargs: Any) -> Any:

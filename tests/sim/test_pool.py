@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.runner import stream, ttft_target_ms
-from tandem.sim.scenarios import ScenarioConfig, build_workload, split_pool
-from tandem.sim.workload import infinite_cache_hits
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.runner import stream, ttft_target_ms
+from tandem_lab.sim.scenarios import ScenarioConfig, build_workload, split_pool
+from tandem_lab.sim.workload import infinite_cache_hits
 from tests.sim.simhelpers import tiny_workload
 
 pytestmark = pytest.mark.unit

@@ -11,14 +11,14 @@ import pytest
 from tandem.api.pool import MetricGate
 from tandem.core.promql import template_sample_queries
 from tandem.routing import PairState
-from tandem.sim import rollout
-from tandem.sim.config import load_params
-from tandem.sim.engine import LOADING, Revision, SimOptions, Simulation
-from tandem.sim.metrics import RevisionSeries, Scrape, ScrapeStore
-from tandem.sim.physics import Roofline
-from tandem.sim.policies.base import FleetTarget
-from tandem.sim.profile import FixedFleet
-from tandem.sim.scenarios import ScenarioConfig
+from tandem_lab.sim import rollout
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.engine import LOADING, Revision, SimOptions, Simulation
+from tandem_lab.sim.metrics import RevisionSeries, Scrape, ScrapeStore
+from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.policies.base import FleetTarget
+from tandem_lab.sim.profile import FixedFleet
+from tandem_lab.sim.scenarios import ScenarioConfig
 from tests.sim.simhelpers import tiny_workload
 
 pytestmark = pytest.mark.unit

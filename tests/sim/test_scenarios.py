@@ -1,13 +1,13 @@
-"""Scenario perturbations run and land where they should (tiny scales); W5 belongs to tandem.sim.rollout."""
+"""Scenario perturbations run and land where they should (tiny scales); W5 belongs to tandem_lab.sim.rollout."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tandem.sim.config import load_params
-from tandem.sim.runner import run, stream
-from tandem.sim.scenarios import ScenarioConfig, build_workload
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.runner import run, stream
+from tandem_lab.sim.scenarios import ScenarioConfig, build_workload
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tandem.cli import main
-from tandem.sim.scenarios import ScenarioConfig
-from tandem.sim.traces import load_trace, multiply_prefix_roots
+from tandem_lab.sim.scenarios import ScenarioConfig
+from tandem_lab.sim.traces import load_trace, multiply_prefix_roots
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tandem.sim.traces import CONVERSATION, SYNTHETIC, TICK_S, jitter_ticks, load_trace, multiply_prefix_roots
-from tandem.sim.workload import COPY_ID_STRIDE, infinite_cache_hits
+from tandem_lab.sim.traces import CONVERSATION, SYNTHETIC, TICK_S, jitter_ticks, load_trace, multiply_prefix_roots
+from tandem_lab.sim.workload import COPY_ID_STRIDE, infinite_cache_hits
 from tests.sim.simhelpers import trace_file
 
 pytestmark = pytest.mark.unit

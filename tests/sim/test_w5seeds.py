@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim import w5seeds
-from tandem.sim.config import load_params
-from tandem.sim.scenarios import ScenarioConfig
+from tandem_lab.sim import w5seeds
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.scenarios import ScenarioConfig
 
 pytestmark = pytest.mark.unit
 

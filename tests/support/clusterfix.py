@@ -35,11 +35,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tandem.dev import audit
-from tandem.dev import cluster as devcluster
-from tandem.dev.kube import Kubectl, KubectlError
-from tandem.dev.prometheus import PrometheusServer
-from tandem.dev.testenv import CLUSTER_BINARIES, TestenvError, Toolchain, locate
+from tandem_lab.dev import audit
+from tandem_lab.dev import cluster as devcluster
+from tandem_lab.dev.kube import Kubectl, KubectlError
+from tandem_lab.dev.prometheus import PrometheusServer
+from tandem_lab.dev.testenv import CLUSTER_BINARIES, TestenvError, Toolchain, locate
 from tests.support.tandem_cluster import GpuNodes, OperatorProcess, install_crds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -361,8 +361,8 @@ def live_metrics(crds: Kubectl, ns: str, prometheus: PrometheusServer) -> Iterat
 
     Yields the `Exporter`: script per-revision behaviour with ``set_revision(rev, ...)``.
     """
-    from tandem.dev.exporter import Behaviour, Exporter  # noqa: PLC0415
-    from tandem.dev.podmetrics import PodMetricsBridge  # noqa: PLC0415
+    from tandem_lab.dev.exporter import Behaviour, Exporter  # noqa: PLC0415
+    from tandem_lab.dev.podmetrics import PodMetricsBridge  # noqa: PLC0415
 
     exporter = Exporter(seed=7, tick_s=0.25, default=Behaviour(request_rate=20.0))
     exporter.start()

@@ -7,7 +7,7 @@ What it owns:
   ``.logs/router-<test>.log``;
 - ``router_endpoint_slice``: a Service-less EndpointSlice naming that process as the router Service's one
   replica, so the operator's ``--router-service`` finds it as it would find router pods;
-- ``LoopbackDoubles``: engine doubles (``tandem.dev.enginedouble``) on one event loop in a thread, each bound
+- ``LoopbackDoubles``: engine doubles (``tandem_lab.dev.enginedouble``) on one event loop in a thread, each bound
   to the address the operator published for a KWOK pod (pod CIDRs inside 127.0.0.0/8, see
   ``GpuNodes.add(loopback_pods=True)``).
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tandem.dev.enginedouble import EngineDouble
 from tandem.routing import RoutingTable
+from tandem_lab.dev.enginedouble import EngineDouble
 from tests.support.tandem_cluster import LOGS, REPO, free_port, wait_until
 
 T = TypeVar("T")

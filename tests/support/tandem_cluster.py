@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tandem.dev.kube import Kubectl
-from tandem.dev.nodes import NodeSpec, add_nodes, delete_node
+from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.nodes import NodeSpec, add_nodes, delete_node
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / ".logs"

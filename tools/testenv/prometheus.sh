@@ -3,7 +3,7 @@
 #
 # What it owns: making /usr/bin/prometheus exist. Nothing else: the package starts no service on this
 # machine (no systemd), and `tandem dev cluster up` / the pytest fixture run Prometheus themselves on
-# 127.0.0.1 with their own config and a temporary TSDB (operator/tandem/dev/prometheus.py).
+# 127.0.0.1 with their own config and a temporary TSDB (lab/tandem_lab/dev/prometheus.py).
 #
 # Invariants: idempotent (exits at once when the binary exists); never builds or downloads anything but
 # the Debian package; prints the binary and its version on success.

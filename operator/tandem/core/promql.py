@@ -3,7 +3,7 @@
 What it owns:
 
 - the **series label contract** below (the chart's scrape config, ``tandem sim`` and the test exporter
-  ``tandem.dev.exporter`` follow it, and every template relies on it);
+  ``tandem_lab.dev.exporter`` follow it, and every template relies on it);
 - the built-in gate templates on vLLM metric names (``TEMPLATES``);
 - rendering a gate's query with the fixed variable set ``${pool}``, ``${namespace}``, ``${revision}``,
   ``${role}``, ``${interval}`` (:func:`render_query`);

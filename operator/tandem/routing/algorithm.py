@@ -2,7 +2,7 @@
 
 Owns the pure decisions every router makes with a :class:`~tandem.routing.table.RoutingTable`:
 **classify → pool; prefix hash → ordered pair candidates → bounded-load walk with fast rejects**.
-The in-cluster router and the fleet simulator (``tandem.sim``) import this module; nothing
+The in-cluster router and the fleet simulator (``tandem_lab.sim``) import this module; nothing
 re-implements it.
 
 Must not: do I/O, read a clock, keep state that changes a result between calls, or use Python's

@@ -31,22 +31,27 @@ def test_command_modules_register_exactly_the_commands_they_declare() -> None:
     import argparse  # noqa: PLC0415
     import importlib  # noqa: PLC0415
 
-    from tandem.cli import COMMAND_MODULES, build_parser  # noqa: PLC0415
+    from tandem.cli import COMMAND_MODULES, LAB_COMMANDS, build_parser, plugin_commands  # noqa: PLC0415
 
     declared: set[str] = set()
     for name, commands in COMMAND_MODULES:
         sub = argparse.ArgumentParser().add_subparsers(dest="command")
-        if name == "tandem.dev.simlive":  # extends `sim`, registered first by tandem.sim.cli
-            importlib.import_module("tandem.sim.cli").register(sub)
         importlib.import_module(name).register(sub)
         assert set(sub.choices) == set(commands), name
         declared |= set(commands)
+    for command, entry_point in plugin_commands().items():  # the lab's entry points, one command each
+        sub = argparse.ArgumentParser().add_subparsers(dest="command")
+        entry_point.load()(sub)
+        assert set(sub.choices) == {command}, entry_point.value
+        declared.add(command)
+    assert set(LAB_COMMANDS) <= declared, "the dev install (make setup) has the lab"
     full = build_parser()
     choices = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert set(choices) == declared
-    only_run = build_parser("run")
-    run_choices = next(a for a in only_run._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(run_choices) == {"run"}
+    for command in ("run", "sim"):
+        only = build_parser(command)
+        only_choices = next(a for a in only._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert set(only_choices) == {command}
 
 
 def test_tandem_run_does_not_import_the_simulator_or_numpy() -> None:
@@ -54,7 +59,8 @@ def test_tandem_run_does_not_import_the_simulator_or_numpy() -> None:
         "import sys\n"
         "from tandem.cli import build_parser\n"
         "build_parser('run').parse_args(['run', '--namespace', 'x'])\n"
-        "print(sorted(m for m in ('numpy', 'tandem.sim', 'tandem.dev.benchctl', 'matplotlib') if m in sys.modules))\n"
+        "lab = ('numpy', 'tandem_lab', 'matplotlib')\n"
+        "print(sorted(m for m in lab if m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout

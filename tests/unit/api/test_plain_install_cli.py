@@ -1,21 +1,21 @@
-"""`tandem` without the `sim` extra (a plain `pip install tandem-operator`): the CLI works, the commands that
-need numpy or matplotlib are named in the help instead of crashing it (issue 13, item 3).
+"""`tandem` without the lab (the operator image, a plain `pip install tandem-operator`): the CLI works, and
+the lab's commands are named in the help, with where they come from, instead of crashing it (issue 13,
+item 3; issue 14, item 4).
 
-The missing extra is simulated in a subprocess by a `sys.meta_path` finder that refuses numpy and
-matplotlib the way a missing package does (ModuleNotFoundError with ``name`` set); the real install is
-checked by tests/contract/test_plain_install.py.
+The missing lab is simulated in a subprocess by emptying the entry-point lookup; a lab that is installed
+but cannot import (numpy missing) by a `sys.meta_path` finder that refuses numpy the way a missing package
+does. The real product-only install is checked by tests/contract/test_plain_install.py.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from tandem.cli import EXTRA_HINT, OPTIONAL_DEPENDENCIES
+from tandem.cli import LAB_COMMANDS, LAB_HINT
 
 pytestmark = pytest.mark.unit
 
@@ -31,35 +31,35 @@ class Blocker:
         return None
 
 sys.meta_path.insert(0, Blocker())
-from tandem.cli import main
-sys.exit(main(sys.argv[1:]))
+import tandem.cli
+if {no_lab!r}:
+    tandem.cli.plugin_commands = dict
+sys.exit(tandem.cli.main(sys.argv[1:]))
 """
 
 
-def run_blocked(*argv: str, blocked: tuple[str, ...] = ("numpy", "matplotlib")) -> subprocess.CompletedProcess[str]:
-    code = BOOTSTRAP.format(blocked=set(blocked))
+def run(*argv: str, blocked: tuple[str, ...] = (), no_lab: bool = True) -> subprocess.CompletedProcess[str]:
+    code = BOOTSTRAP.format(blocked=set(blocked), no_lab=no_lab)
     return subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False, cwd=REPO, timeout=120
     )
 
 
-def test_optional_dependencies_are_the_sim_extra() -> None:
-    """The CLI's list of optional packages must be the `sim` extra of pyproject.toml."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    extra = {req.split(">")[0].split("=")[0].split("[")[0].strip() for req in project["optional-dependencies"]["sim"]}
-    assert extra == set(OPTIONAL_DEPENDENCIES)
+def listed_commands(help_text: str) -> set[str]:
+    commands = help_text.partition("not installed:")[0]
+    return {line.split()[0] for line in commands.splitlines() if line.startswith("    ") and line.strip()[0] != "-"}
 
 
-def test_help_without_the_sim_extra_lists_what_needs_it() -> None:
-    proc = run_blocked("--help")
+def test_help_without_the_lab_lists_the_lab_commands_and_where_they_come_from() -> None:
+    proc = run("--help")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    commands, _, epilog = proc.stdout.partition("not installed:")
-    listed = {line.split()[0] for line in commands.splitlines() if line.startswith("    ") and line.strip()[0] != "-"}
-    assert {"validate", "crds", "plan", "run", "rollout", "get", "version", "dev", "bench"} <= listed
-    assert not listed & {"sim", "demo"}
-    assert f"sim                         {EXTRA_HINT}" in epilog
-    assert "demo" in epilog and "bench (some sub-commands)" in epilog
+    listed = listed_commands(proc.stdout)
+    assert {"validate", "crds", "plan", "run", "rollout", "get", "version", "router", "eval"} <= listed
+    assert not listed & set(LAB_COMMANDS)
+    epilog = proc.stdout.partition("not installed:")[2]
+    for command in LAB_COMMANDS:
+        assert f"  {command:<8}{LAB_HINT}" in epilog
 
 
 @pytest.mark.parametrize(
@@ -68,37 +68,53 @@ def test_help_without_the_sim_extra_lists_what_needs_it() -> None:
         pytest.param(("validate", "examples/speed-pool.yaml"), "1 file(s) valid", id="validate an example"),
         pytest.param(("run", "--help"), "--namespace", id="run --help"),
         pytest.param(("rollout", "--help"), "exit codes of `status --watch`", id="rollout --help"),
+        pytest.param(("router", "--help"), "--routing-table", id="router --help"),
     ],
 )
-def test_commands_without_the_sim_extra_work(argv: tuple[str, ...], want_stdout: str) -> None:
-    proc = run_blocked(*argv)
+def test_product_commands_without_the_lab_work(argv: tuple[str, ...], want_stdout: str) -> None:
+    proc = run(*argv)
     assert proc.returncode == 0, proc.stderr
     assert want_stdout in proc.stdout
     assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(
-    ("argv", "want_stderr"),
+    "argv",
     [
-        pytest.param(("sim",), f"tandem: 'sim' {EXTRA_HINT}\n", id="sim"),
-        pytest.param(("sim", "live", "--help"), f"tandem: 'sim' {EXTRA_HINT}\n", id="sim live"),
-        pytest.param(("demo",), f"tandem: 'demo' {EXTRA_HINT}\n", id="demo"),
+        pytest.param(("sim",), id="sim"),
+        pytest.param(("sim", "live", "--help"), id="sim live"),
+        pytest.param(("demo",), id="demo"),
+        pytest.param(("bench", "fleet"), id="bench fleet"),
+        pytest.param(("dev", "cluster", "up"), id="dev cluster up"),
     ],
 )
-def test_a_command_that_needs_the_extra_says_so_in_one_line(argv: tuple[str, ...], want_stderr: str) -> None:
-    proc = run_blocked(*argv)
-    assert (proc.returncode, proc.stderr, proc.stdout) == (2, want_stderr, "")
+def test_a_lab_command_without_the_lab_says_so_in_one_line(argv: tuple[str, ...]) -> None:
+    proc = run(*argv)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"tandem: '{argv[0]}' {LAB_HINT}\n", "")
 
 
-def test_a_partly_available_command_names_the_extra_after_the_usage_error() -> None:
-    proc = run_blocked("bench", "fleet")
-    assert proc.returncode == 2
-    assert "invalid choice: 'fleet'" in proc.stderr
-    assert proc.stderr.rstrip().endswith(f"'bench' (some sub-commands) {EXTRA_HINT}")
+def test_a_lab_that_cannot_import_is_named_and_the_product_still_works() -> None:
+    """The lab installed without numpy: its commands are named with the import error; the rest works."""
+    help_proc = run("--help", blocked=("numpy",), no_lab=False)
+    assert help_proc.returncode == 0, help_proc.stderr
+    assert "validate" in listed_commands(help_proc.stdout)
+    assert "sim     installed but cannot be imported (ModuleNotFoundError: No module named 'numpy')" in help_proc.stdout
+    sim = run("sim", "run", "--help", blocked=("numpy",), no_lab=False)
+    assert sim.returncode == 2
+    assert (
+        sim.stderr == "tandem: 'sim' installed but cannot be imported (ModuleNotFoundError: No module named 'numpy')\n"
+    )
+
+
+def test_with_the_lab_its_commands_are_there() -> None:
+    proc = run("--help", no_lab=False)
+    assert proc.returncode == 0, proc.stderr
+    assert set(LAB_COMMANDS) <= listed_commands(proc.stdout)
+    assert "not installed:" not in proc.stdout
 
 
 def test_any_other_missing_import_is_still_an_error() -> None:
     """A broken install (here: no PyYAML, a hard dependency) must fail loudly, not vanish from the help."""
-    proc = run_blocked("--help", blocked=("yaml",))
+    proc = run("--help", blocked=("yaml",))
     assert proc.returncode == 1
     assert "ModuleNotFoundError: No module named 'yaml'" in proc.stderr

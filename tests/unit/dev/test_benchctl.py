@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tandem.dev import audit, benchctl, benchreport, benchstats
-from tandem.dev.nodes import NodeSpec, build_gpu_node
+from tandem_lab.dev import audit, benchctl, benchreport, benchstats
+from tandem_lab.dev.nodes import NodeSpec, build_gpu_node
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tandem.dev import audit
+from tandem_lab.dev import audit
 
 pytestmark = pytest.mark.unit
 

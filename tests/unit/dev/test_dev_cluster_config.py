@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tandem.dev import cluster, testenv
+from tandem_lab.dev import cluster, testenv
 
 pytestmark = pytest.mark.unit
 

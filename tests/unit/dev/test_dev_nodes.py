@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.dev import nodes
+from tandem_lab.dev import nodes
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.dev import prometheus
+from tandem_lab.dev import prometheus
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tandem.dev import stages
+from tandem_lab.dev import stages
 
 pytestmark = pytest.mark.unit
 

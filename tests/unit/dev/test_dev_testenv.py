@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.dev import testenv
+from tandem_lab.dev import testenv
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from tandem.dev import routerbench
-from tandem.dev import routerbenchlib as lib
 from tandem.routing import RoutingTable, routing_key, select_for_table
+from tandem_lab.dev import routerbench
+from tandem_lab.dev import routerbenchlib as lib
 
 pytestmark = pytest.mark.unit
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pytest
 
 from tandem.routing import Outcome, PairLoad, WalkBound, candidates, routing_key_from_blocks, select
-from tandem.sim.traces import traces_dir
+from tandem_lab.sim.traces import traces_dir
 from tests.unit.routing.routing_factories import make_pairs
 
 pytestmark = pytest.mark.unit

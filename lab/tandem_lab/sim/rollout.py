@@ -1,0 +1,738 @@
+"""W5, a bad canary: Tandem's rollout logic (imported from ``tandem.core``) against a Flagger-like baseline.
+
+What it owns: the two rollout controllers the simulator drives during a run, the Prometheus query results
+they read (built from the simulator's scrapes, exactly as ``tandem.core.promql`` would receive them),
+the W5 timeline (detection, rollback split into observe/decide/act, requests served by the bad
+revision) and the statistical floor of benchmarks.md §7.
+
+**Tandem** (:class:`TandemRollout`) does what ``tandem.reconcile.pool`` and ``tandem.core.plan`` do
+each pass, with the pure pieces imported unchanged: ``analysis_request`` (is an evaluation due, which
+gates), ``tandem.core.gates.evaluate_gate`` on each gate's canary (and baseline) ``QueryResult`` with
+``SampleWindow.for_analysis`` (as ``tandem.adapters.prometheus.evaluate_metric_gates``),
+``fold_analysis`` (``tandem.core.analysis.evaluate_step``, with the cold-cache warm-up), ``plan_rollout`` with
+per-revision pair counts and the surge room (``core.rollout.surge_room``; the simulated cluster has free GPUs,
+so ``maxSurge`` decides), then the pair targets are converged (:meth:`Simulation.converge_revisions`, the
+rules of ``core.plan``) and the canary's traffic share is ``core.plan.canary_share``, the function
+``build_table`` calls.
+The rollout status persists between passes as the operator's ``status.rollout`` does. Passes run every
+``policies.reconcile_s`` (the operator reconciles on events and on ``requeue_after``).
+
+**Flagger-like** (:class:`FlaggerRollout`), https://docs.flagger.app/usage/how-it-works: every
+``interval_s`` (60 s) one check of the same gates; a check fails unless every gate is Success (Flagger
+counts "no values" as a failed check); ``threshold`` (5) failed checks → rollback; a passing check adds
+``step_weight`` (5) up to ``max_weight`` (50), then promotion. The first interval after the canary is
+Ready only sets the weight (no traffic to check yet). Flagger keeps the primary at full size and routes
+back to it at once, so the act step is one pass; its canary capacity here follows the weight
+(⌈N·w/100⌉ extra pairs, weights capped by the canary's Ready share as for Tandem) so that both arms
+measure the canary at the same per-pair load. (Flagger proper scales the canary Deployment to the
+primary's size; at 5 % of traffic that canary would run nearly idle and load-dependent signals such
+as TPOT would not show a regression at all.)
+
+Query results (``vllm:`` names, per revision, over the rendered ``${interval}``): the newest scrape at or
+before ``now`` against the one a window earlier; TTFT/TPOT quantiles with ``histogram_quantile`` over
+vLLM's buckets; ``ErrorRate`` = engine errors / finished; ``LocalKVHitRatio`` = prefix hits / queries.
+0/0 → ``NaN`` and a revision without series → an empty result, so the gates' NoData rules apply as in
+production. The gates' sample queries (request counts for ``minSamples``; error counts, ``le`` buckets and
+``_sum`` for ``compare``, ``core.promql.template_sample_queries``) are answered from the same scrapes
+(:func:`sample_results`) and judged by the same ``core.gates.evaluate_gate``. Sample timestamps are the
+evaluation time (an instant query's). The simulator records a request's TTFT when it completes (vLLM
+does at the first token): a few seconds late for long outputs.
+
+Statistical floor (§7): errors p₀ → p₁ against a much larger stable arm, one-sample, α = 0.05 one-sided,
+power 0.8: n = (z_α·√(p₀q₀) + z_β·√(p₁q₁))² / (p₁ − p₀)² canary requests (0.5 % → 1.0 %: ≈ 1,600); a
+p90 TPOT gate needs ≈ 10 tail events, n = 10 / (1 − 0.9) = 100. Floor = n / the canary's request rate.
+Gate (§6): rollback ≤ 2 × floor and < 0.1 % of all requests on the bad revision.
+
+Must not: re-implement any part of ``tandem.core.rollout``, ``analysis`` or ``gates`` (they are called);
+read the clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from tandem.api.pool import AnalysisSpec, MetricGate
+from tandem.api.pool_status import GateVerdict, InferencePoolStatus
+from tandem.api.quantity import parse_duration
+from tandem.api.resources import InferencePool
+from tandem.core.analysisplan import analysis_request, fold_analysis
+from tandem.core.gates import (
+    VERDICT_FAILURE,
+    VERDICT_SUCCESS,
+    SampleWindow,
+    evaluate_gate,
+    gate_samples,
+    invalid_query_verdict,
+    resolve_gate_queries,
+)
+from tandem.core.plan import canary_share
+from tandem.core.promql import (
+    METRIC_TTFT,
+    TEMPLATE_HISTOGRAMS,
+    QueryRenderError,
+    QueryResult,
+    QueryStatus,
+    SampleQueries,
+    Series,
+    compute_rate_window,
+    gate_query_text,
+    parse_prom_duration,
+)
+from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
+from tandem_lab.sim.config import SimParams
+from tandem_lab.sim.engine import Revision, SimOptions, SimResult, Simulation
+from tandem_lab.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, ScrapeStore, histogram_quantile
+from tandem_lab.sim.policies.base import FleetTarget, unit_shape
+from tandem_lab.sim.profile import FixedFleet
+from tandem_lab.sim.runner import Prepared, gpu_hours, prepare, stream, summarize
+from tandem_lab.sim.scenarios import ScenarioConfig
+
+EPOCH = datetime(2026, 1, 6, tzinfo=UTC)
+"""Simulated t = 0 as a wall-clock time for the operator's datetime-based logic."""
+STABLE = "r1"
+CANARY = "r2"
+NAMESPACE = "sim"
+POOL = "speed"
+Z_ALPHA = 1.645
+Z_BETA = 0.842
+ARMS = ("tandem", "flagger")
+
+
+def at(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+# --- query results from scrapes --------------------------------------------------------------------
+
+
+def _nan_or(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def template_value(store: ScrapeStore, now: float, window_s: float, template: str, revision: str) -> str | None:
+    """The value string Prometheus would return for ``template`` on ``revision`` at ``now`` (None = no series)."""
+    new = store.at_or_before(now)
+    if new is None or revision not in new.revisions:
+        return None
+    old = store.at_or_before(new.t - window_s)
+    cur = new.revisions[revision]
+    before = old.revisions.get(revision) if old is not None else None
+    if template in ("TTFTP90", "TTFTP95"):
+        d = cur.ttft - (before.ttft if before is not None else 0.0)
+        return _nan_or(histogram_quantile(0.90 if template == "TTFTP90" else 0.95, TTFT_BUCKETS, d))
+    if template in ("TPOTP90", "TokensPerSecondPerUser"):
+        d = cur.tpot - (before.tpot if before is not None else 0.0)
+        q = histogram_quantile(0.90, TPOT_BUCKETS, d)
+        if template == "TPOTP90" or q is None:
+            return _nan_or(q)
+        return _nan_or(math.inf if q <= 0 else 1.0 / q)
+    if template == "ErrorRate":
+        fin = cur.finished - (before.finished if before is not None else 0.0)
+        err = cur.engine_errors - (before.engine_errors if before is not None else 0.0)
+        return _nan_or(err / fin if fin > 0 else math.nan)
+    if template == "LocalKVHitRatio":
+        q = cur.local_queries - (before.local_queries if before is not None else 0.0)
+        h = cur.local_hits - (before.local_hits if before is not None else 0.0)
+        return _nan_or(h / q if q > 0 else math.nan)
+    raise ValueError(f"the simulator has no series for template {template!r}")
+
+
+def query_result(query: str, value: str | None, now: float) -> QueryResult:
+    """An instant-query answer: one series at the evaluation time, or an empty vector."""
+    series = () if value is None else (Series({}, at(now).timestamp(), value),)
+    return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=series)
+
+
+def _le(bound: float) -> str:
+    """An ``le`` label as vLLM's client library writes it (``0.01``, ``1.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def sample_results(
+    store: ScrapeStore, now: float, window_s: float, template: str, revision: str, queries: SampleQueries
+) -> dict[str, QueryResult]:
+    """What Prometheus would answer to one revision's sample queries (``core.promql.template_sample_queries``).
+
+    ``increase()`` over the window is the newest scrape minus the one a window earlier (no extrapolation);
+    the bucket answer is cumulative with one series per ``le``, as ``sum by (le)`` returns it.
+    """
+    new = store.at_or_before(now)
+    texts = [q for q in (queries.count, queries.errors, queries.buckets, queries.sum) if q is not None]
+    if new is None or revision not in new.revisions:
+        return {q: query_result(q, None, now) for q in texts}
+    old = store.at_or_before(new.t - window_s)
+    cur = new.revisions[revision]
+    before = old.revisions.get(revision) if old is not None else None
+    ts = at(now).timestamp()
+    out: dict[str, QueryResult] = {}
+    if template in TEMPLATE_HISTOGRAMS:
+        ttft = TEMPLATE_HISTOGRAMS[template] == METRIC_TTFT
+        bounds = TTFT_BUCKETS if ttft else TPOT_BUCKETS
+        counts = (cur.ttft if ttft else cur.tpot) - (
+            (before.ttft if ttft else before.tpot) if before is not None else 0.0
+        )
+        total = (cur.ttft_sum if ttft else cur.tpot_sum) - (
+            (before.ttft_sum if ttft else before.tpot_sum) if before is not None else 0.0
+        )
+        out[queries.count] = query_result(queries.count, _nan_or(float(counts.sum())), now)
+        if queries.sum is not None:
+            out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
+        if queries.buckets is not None:
+            cumulative = np.cumsum(counts).tolist()
+            series = tuple(
+                Series({"le": _le(le)}, ts, _nan_or(c)) for le, c in zip((*bounds, math.inf), cumulative, strict=True)
+            )
+            out[queries.buckets] = QueryResult(
+                QueryStatus.OK, query=queries.buckets, http_status=200, result_type="vector", series=series
+            )
+        return out
+    finished = cur.finished - (before.finished if before is not None else 0.0)
+    out[queries.count] = query_result(queries.count, _nan_or(finished), now)
+    if queries.errors is not None:
+        errors = cur.engine_errors - (before.engine_errors if before is not None else 0.0)
+        out[queries.errors] = query_result(queries.errors, _nan_or(errors), now)
+    return out
+
+
+def evaluate_gates(
+    store: ScrapeStore,
+    now: float,
+    gates: Sequence[MetricGate],
+    analysis: AnalysisSpec,
+    canary: str,
+    stable: str,
+    step_started_at: datetime,
+    scrape_interval_s: float,
+) -> list[GateVerdict]:
+    """Every gate's verdict: the queries ``core.gates`` resolves, answered from the scrapes, judged by
+    ``core.gates.evaluate_gate`` with the sample answers (as ``adapters.prometheus.evaluate_metric_gates``)."""
+    interval = compute_rate_window(parse_duration(analysis.interval), scrape_interval_s)
+    window_s = parse_prom_duration(interval)
+    verdicts: list[GateVerdict] = []
+    window = SampleWindow.for_analysis(
+        analysis,
+        now=at(now),
+        step_started_at=step_started_at,
+        scrape_interval_s=scrape_interval_s,
+        rate_window_s=window_s,
+    )
+    for gate in gates:
+        try:
+            q = resolve_gate_queries(
+                gate,
+                namespace=NAMESPACE,
+                pool=POOL,
+                canary_revision=canary,
+                stable_revision=stable,
+                interval=interval,
+            )
+            gate_query_text(gate.template, gate.query)
+        except QueryRenderError:
+            verdicts.append(invalid_query_verdict(gate, now=at(now)))
+            continue
+        template = gate.template or ""
+        c = query_result(q.canary, template_value(store, now, window_s, template, canary), now)
+        b = None
+        if q.baseline is not None:
+            b = query_result(q.baseline, template_value(store, now, window_s, template, stable), now)
+        answers: dict[str, QueryResult] = {}
+        for revision, sample_queries in ((canary, q.canary_samples), (stable, q.stable_samples)):
+            if sample_queries is not None:
+                answers |= sample_results(store, now, window_s, template, revision, sample_queries)
+        verdicts.append(evaluate_gate(gate, c, b, window, gate_samples(q, answers)))
+    return verdicts
+
+
+# --- the timeline both arms record -------------------------------------------------------------------
+
+
+@dataclass
+class Timeline:
+    """What happened to the new revision (simulated seconds; None = did not happen)."""
+
+    applied_s: float
+    canary_ready_s: float | None = None
+    first_breach_s: float | None = None
+    """First evaluation (check) with a Failure verdict (or, for Flagger, a failed check)."""
+    decision_s: float | None = None
+    """Rollback decided (Tandem: phase → RollingBack; Flagger: threshold reached)."""
+    weight_zero_s: float | None = None
+    """The routing table stopped sending keys to the canary."""
+    promoted_s: float | None = None
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+    def note_phase(self, t: float, phase: str, detail: str = "") -> None:
+        if not self.phases or self.phases[-1]["phase"] != phase:
+            self.phases.append({"t": round(t, 3), "phase": phase, **({"detail": detail} if detail else {})})
+
+
+def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
+    return {v.name: f"{v.verdict}:{v.value}" + (f" vs {v.baseline}" if v.baseline else "") for v in verdicts}
+
+
+def _canary_percent(
+    sim: Simulation, canary: str | None, weight: int | None, stable: str
+) -> tuple[str | None, int | None]:
+    """The routing table's canary share: ``tandem.core.plan.canary_share``, the function ``build_table`` calls."""
+    if canary is None or canary == stable:
+        return None, None
+    if weight is None:
+        return canary, None
+    serving = sim.serving_by_revision()
+    return canary, canary_share(weight, serving.get(canary, 0), sum(serving.values()))
+
+
+# --- Tandem --------------------------------------------------------------------------------------------
+
+
+def build_pool(
+    params: SimParams, replicas: int, shape: tuple[int, int], ttft_target_s: float, gates: str = "example"
+) -> InferencePool:
+    """The W5 pool: ``policies.tandem_rollout`` as ``spec.rollout`` (its gates, or only the ``regression``
+    set), ``replicas`` pairs of ``shape``."""
+    rollout = _substitute(params.policies.tandem_rollout, {"${ttft_target_s}": f"{ttft_target_s:.3f}"})
+    if gates == "regression":
+        keep = set(params.policies.w5_regression_gates)
+        analysis = dict(rollout.get("analysis", {}))
+        analysis["metrics"] = [m for m in analysis.get("metrics", []) if m.get("name") in keep]
+        rollout = {**rollout, "analysis": analysis}
+    doc = {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"servedName": "sim", "source": "hf://sim/model", "quantization": "fp4"},
+            "stack": {"version": "v1", "image": "sim@sha256:" + "0" * 64},
+            "pairs": {
+                "replicas": replicas,
+                "prefill": {"instances": shape[0], "gpusPerInstance": params.instance.gpus},
+                "decode": {"instances": shape[1], "gpusPerInstance": params.instance.gpus},
+            },
+            "autoscaling": {"enabled": False},
+            "rollout": rollout,
+        },
+    }
+    return InferencePool.model_validate(doc)
+
+
+def _substitute(value: Any, subs: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _substitute(v, subs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, subs) for v in value]
+    if isinstance(value, str):
+        for k, v in subs.items():
+            value = value.replace(k, v)
+    return value
+
+
+class TandemRollout:
+    """``tandem.core`` rollout logic driven each pass (module docstring)."""
+
+    name = "tandem"
+
+    def __init__(self, pool: InferencePool, scrape_interval_s: float, reconcile_s: float) -> None:
+        self.pool = pool.model_copy(update={"status": InferencePoolStatus()})
+        self.scrape_interval_s = scrape_interval_s
+        self.reconcile_s = reconcile_s
+        self.stable = STABLE
+        self.desired = STABLE
+        self.previous_ready = 0
+        self.timeline = Timeline(applied_s=math.inf)
+        self.rollout = pool.spec.rollout
+
+    def apply(self, sim: Simulation, t: float) -> None:
+        """The spec's stack changed: the new revision is desired from now on."""
+        self.desired = CANARY
+        self.timeline.applied_s = t
+        self.tick(sim)
+
+    def tick(self, sim: Simulation) -> None:
+        now = sim.now
+        now_dt = at(now)
+        counts = {rev: RevisionCounts(live, ready) for rev, (live, ready) in sim.revision_counts().items()}
+        analysis = None
+        request = analysis_request(self.pool, self.desired, self.stable, now_dt, self.scrape_interval_s)
+        tl = self.timeline
+        if request is not None:
+            verdicts = evaluate_gates(
+                sim.store,
+                now,
+                request.gates,
+                self.rollout.analysis,
+                request.canary,
+                request.stable,
+                request.step_started_at,
+                self.scrape_interval_s,
+            )
+            analysis = fold_analysis(self.pool, request, verdicts, now_dt)
+            tl.evaluations.append({"t": round(now, 3), "outcome": analysis.outcome, "gates": _summ(verdicts)})
+            if tl.first_breach_s is None and any(v.verdict == VERDICT_FAILURE for v in verdicts):
+                tl.first_breach_s = now
+        status = self.pool.status or InferencePoolStatus()
+        spec = self.pool.spec
+        room = surge_room(  # the simulated cluster has room (placement is not modelled): maxSurge decides
+            max_surge=spec.rollout.max_surge,
+            replicas=spec.pairs.replicas,
+            live_canary=counts.get(self.desired, RevisionCounts()).live if self.desired != self.stable else 0,
+            live_stable=counts.get(self.stable, RevisionCounts()).live,
+            free_pairs=spec.rollout.max_surge,
+            gpus_per_pair=1,
+            gpu_budget=None,
+        )
+        decision = plan_rollout(
+            RolloutInputs(
+                spec=spec,
+                status=status.rollout,
+                stable=self.stable,
+                desired=self.desired,
+                counts=counts,
+                now=now_dt,
+                analysis=analysis,
+                previous_canary_ready=self.previous_ready,
+                surge_room=room,
+            )
+        )
+        self.pool = self.pool.model_copy(update={"status": status.model_copy(update={"rollout": decision.status})})
+        phase = decision.status.phase
+        tl.note_phase(now, phase, decision.status.step)
+        if phase == "RollingBack" and tl.decision_s is None:
+            tl.decision_s = now
+        if phase == "Promoted" and tl.promoted_s is None:
+            tl.promoted_s = now
+        self.previous_ready = counts.get(self.desired, RevisionCounts()).ready
+        sim.converge_revisions(
+            decision.targets,
+            self.pool.spec.pairs.replicas,
+            self.rollout.max_surge,
+            self.rollout.max_unavailable,
+        )
+        self.stable = decision.stable
+        canary, percent = _canary_percent(sim, decision.canary, decision.canary_weight_percent, self.stable)
+        sim.set_canary(canary, percent)
+        serving_c = sim.serving_by_revision().get(CANARY, 0)
+        if tl.canary_ready_s is None and serving_c and canary == CANARY and (percent is None or percent > 0):
+            tl.canary_ready_s = now
+        if tl.decision_s is not None and tl.weight_zero_s is None and (canary != CANARY or percent == 0):
+            tl.weight_zero_s = now
+        sim.schedule(now + self.reconcile_s, self.tick)
+
+
+# --- Flagger-like ---------------------------------------------------------------------------------------
+
+
+class FlaggerRollout:
+    """Flagger's analysis loop on pair groups (module docstring)."""
+
+    name = "flagger"
+
+    def __init__(self, params: SimParams, pool: InferencePool, scrape_interval_s: float, reconcile_s: float) -> None:
+        fp = params.policies.flagger
+        self.interval_s = fp.interval_s
+        self.threshold = fp.threshold
+        self.step = fp.step_weight
+        self.max_weight = fp.max_weight
+        self.replicas = pool.spec.pairs.replicas
+        self.analysis = pool.spec.rollout.analysis
+        self.gates = list(self.analysis.metrics)
+        self.scrape_interval_s = scrape_interval_s
+        self.reconcile_s = reconcile_s
+        self.weight = 0
+        self.failed = 0
+        self.phase = "Idle"
+        self.next_check = math.inf
+        self.weight_since = math.inf
+        self.timeline = Timeline(applied_s=math.inf)
+
+    def _pairs_for(self, weight: int) -> int:
+        return max(1, math.ceil(self.replicas * weight / 100 - 1e-9))
+
+    def apply(self, sim: Simulation, t: float) -> None:
+        self.timeline.applied_s = t
+        self.phase = "Initializing"
+        self.tick(sim)
+
+    def tick(self, sim: Simulation) -> None:
+        now = sim.now
+        tl = self.timeline
+        n = self.replicas
+        if self.phase == "Initializing":
+            sim.converge_revisions({STABLE: n, CANARY: self._pairs_for(self.step)}, n, n, 0)
+            if sim.serving_by_revision().get(CANARY, 0) >= self._pairs_for(self.step):
+                self.phase = "Progressing"
+                self.next_check = now + self.interval_s
+        elif self.phase == "Progressing" and now >= self.next_check - 1e-9:
+            self.next_check = now + self.interval_s
+            ready_c = sim.serving_by_revision().get(CANARY, 0)
+            if self.weight == 0:
+                self.weight = self.step
+                self.weight_since = now
+            elif ready_c < self._pairs_for(self.weight):
+                pass  # canary not ready for this weight: halt advancement (Flagger's readiness check)
+            else:
+                verdicts = evaluate_gates(
+                    sim.store,
+                    now,
+                    self.gates,
+                    self.analysis,
+                    CANARY,
+                    STABLE,
+                    at(self.weight_since),
+                    self.scrape_interval_s,
+                )
+                ok = all(v.verdict == VERDICT_SUCCESS for v in verdicts)
+                tl.evaluations.append(
+                    {"t": round(now, 3), "outcome": "pass" if ok else "fail", "gates": _summ(verdicts)}
+                )
+                if not ok:
+                    self.failed += 1
+                    if tl.first_breach_s is None and any(v.verdict == VERDICT_FAILURE for v in verdicts):
+                        tl.first_breach_s = now
+                    if self.failed >= self.threshold:
+                        self.phase = "Failed"
+                        tl.decision_s = now
+                        self.weight = 0
+                elif self.weight < self.max_weight:
+                    self.weight = min(self.max_weight, self.weight + self.step)
+                else:
+                    self.phase = "Promoting"
+                    tl.promoted_s = now
+        if self.phase == "Progressing":
+            sim.converge_revisions({STABLE: n, CANARY: self._pairs_for(self.weight or self.step)}, n, n, 0)
+            canary, percent = _canary_percent(sim, CANARY, self.weight, STABLE)
+            sim.set_canary(canary, percent)
+            if tl.canary_ready_s is None and percent:
+                tl.canary_ready_s = now
+        elif self.phase == "Failed":
+            sim.set_canary(None, None)
+            sim.converge_revisions({STABLE: n, CANARY: 0}, n, n, 0)
+            if tl.weight_zero_s is None:
+                tl.weight_zero_s = now
+        elif self.phase == "Promoting":
+            sim.set_canary(None, None)
+            sim.stable = sim.revisions[CANARY]
+            sim.converge_revisions({CANARY: n, STABLE: 0}, n, 2, 0)
+        tl.note_phase(now, self.phase, f"weight {self.weight}, failed checks {self.failed}")
+        sim.schedule(now + self.reconcile_s, self.tick)
+
+
+# --- the W5 run -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class W5Arm:
+    arm: str
+    canary: str
+    result: SimResult
+    timeline: Timeline
+    metrics: dict[str, Any]
+    wall_s: float
+
+
+@dataclass
+class W5Run:
+    config: ScenarioConfig
+    prepared: Prepared
+    pairs: int
+    shape: tuple[int, int]
+    arms: list[W5Arm]
+    timing: dict[str, float]
+    variants: list[tuple[str, str]] = field(default_factory=list)
+    """(canary, gate set) pairs that ran, in order."""
+
+
+def statistical_floor(kind: str, p0: float, p1: float) -> float:
+    """Canary requests needed to detect the regression (module docstring)."""
+    if kind == "errors":
+        if p1 <= p0:
+            return math.inf
+        q0, q1 = 1 - p0, 1 - p1
+        return (Z_ALPHA * math.sqrt(p0 * q0) + Z_BETA * math.sqrt(p1 * q1)) ** 2 / (p1 - p0) ** 2
+    if kind == "tpot":
+        return 10.0 / (1.0 - 0.90)
+    if kind == "ttft":  # the example's TTFT gate is a p95
+        return 10.0 / (1.0 - 0.95)
+    return math.inf
+
+
+def w5_metrics(prep: Prepared, res: SimResult, tl: Timeline, cfg: ScenarioConfig) -> dict[str, Any]:
+    """Detection, rollback split, bad-revision requests and the floor comparison of one arm."""
+    params = prep.params
+    wl = prep.workload
+    canary_index = res.revision_names.index(CANARY) if CANARY in res.revision_names else -1
+    on_canary = (res.revision == canary_index) & (res.unit >= 0) if canary_index >= 0 else np.zeros(len(wl), bool)
+    bad = cfg.canary != "good"
+    t_arr = wl.arrival_s
+    first_traffic = float(t_arr[on_canary].min()) if on_canary.any() else None
+    last_traffic = float(t_arr[on_canary].max()) if on_canary.any() else None
+    end = tl.weight_zero_s if tl.weight_zero_s is not None else (last_traffic or first_traffic or 0.0)
+    span = max(1e-9, end - (first_traffic or end))
+    n_canary = int(on_canary.sum())
+    rate = n_canary / span if first_traffic is not None and span > 1 else math.nan
+    p0 = params.policies.stable_error_prob
+    p1 = p0 + (cfg.canary_error_prob if cfg.canary == "errors" else 0.0)
+    floor_n = statistical_floor(cfg.canary, p0, p1) if bad else math.nan
+    floor_s = floor_n / rate if rate and rate > 0 and math.isfinite(floor_n) else math.nan
+
+    def since(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else b - a
+
+    detection = since(first_traffic, tl.decision_s)
+    rollback = since(first_traffic, tl.weight_zero_s)
+    dec = tl.decision_s
+
+    def rps(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None or b - a <= 1.0:
+            return None
+        m = on_canary & (t_arr >= a) & (t_arr < b)
+        return float(m.sum()) / (b - a)
+
+    out: dict[str, Any] = {
+        "canary": cfg.canary,
+        "gates": cfg.gates,
+        "canary_rps_before_decision": rps(first_traffic, dec),
+        "canary_rps_after_decision": rps(dec, tl.weight_zero_s),
+        "applied_s": tl.applied_s,
+        "canary_first_request_s": first_traffic,
+        "canary_last_request_s": last_traffic,
+        "first_breach_s": tl.first_breach_s,
+        "decision_s": tl.decision_s,
+        "weight_zero_s": tl.weight_zero_s,
+        "promoted_s": tl.promoted_s,
+        "detection_s": detection,
+        "rollback_s": rollback,
+        "observe_s": since(first_traffic, tl.first_breach_s),
+        "decide_s": since(tl.first_breach_s, tl.decision_s),
+        "act_s": since(tl.decision_s, tl.weight_zero_s),
+        "requests_on_canary": n_canary,
+        "canary_share_of_all_requests": n_canary / len(wl) if len(wl) else math.nan,
+        "canary_request_rate": rate,
+        "statistical_floor_requests": floor_n,
+        "statistical_floor_s": floor_s,
+        "rolled_back": tl.decision_s is not None,
+        "promoted": tl.promoted_s is not None,
+        "evaluations": len(tl.evaluations),
+        "phases": tl.phases,
+        "evaluation_log": tl.evaluations[:40],
+    }
+    if bad:
+        out["gate_rollback_within_2x_floor"] = bool(
+            rollback is not None and math.isfinite(floor_s) and rollback <= 2 * floor_s
+        )
+        out["gate_bad_share_below_0_1_percent"] = bool(out["canary_share_of_all_requests"] < 0.001)
+    else:
+        out["false_rollback"] = tl.decision_s is not None
+    gh = gpu_hours(res, prep.cap.gpus)
+    out["gpuh"] = gh
+    s = summarize(res, wl, prep.bounds, params)
+    out["both_attainment_feasible"] = s["both_attainment_feasible"]
+    return out
+
+
+def w5_pairs(prep: Prepared) -> tuple[int, tuple[int, int]]:
+    """The fixed fleet both arms run: B0's size (1.1 × the planning model's peak per role) in pair groups
+    whose P:D is the peak's, so decode runs near its TPOT-limited batch at the peak — where an SLO-driven
+    autoscaler keeps it — and a TPOT regression shows in the TPOT histogram (a decode-rich fleet runs
+    below 10 ms, inside vLLM's first TPOT bucket, where +30 % is invisible)."""
+    params = prep.params
+    peak_p, peak_d = prep.bounds.peak
+    shape = unit_shape(peak_p / max(1, peak_d))
+    if params.policies.w5_pairs != "auto":
+        return int(params.policies.w5_pairs), shape
+    h = params.policies.static_headroom
+    p = math.ceil(h * prep.bounds.peak[0] - 1e-9)
+    d = math.ceil(h * prep.bounds.peak[1] - 1e-9)
+    return max(2, math.ceil(p / shape[0] - 1e-9), math.ceil(d / shape[1] - 1e-9)), shape
+
+
+def run_arm(
+    prep: Prepared,
+    cfg: ScenarioConfig,
+    arm: str,
+    pairs: int,
+    shape: tuple[int, int],
+    say: Callable[[str], None],
+) -> W5Arm:
+    """One rollout arm on the prepared W5 workload (``cfg`` chooses the canary and the gate set)."""
+    params, wl = prep.params, prep.workload
+    pool = build_pool(params, pairs, shape, prep.ttft_target_ms / 1000.0, cfg.gates)
+    ctrl: TandemRollout | FlaggerRollout
+    scrape = params.observation.scrape_interval_s
+    if arm == "tandem":
+        ctrl = TandemRollout(pool, scrape, params.policies.reconcile_s)
+    elif arm == "flagger":
+        ctrl = FlaggerRollout(params, pool, scrape, params.policies.reconcile_s)
+    else:
+        raise ValueError(f"unknown rollout arm {arm!r}; choose from {', '.join(ARMS)}")
+    fleet = FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs", name=f"w5-{arm}")
+    options = SimOptions(
+        topology="pairs",
+        router=params.router.policy,
+        routing_keys=prep.keys,
+        horizon_s=wl.duration_s,
+        rate_scale=cfg.scale,
+        max_instances=10 * pairs * (shape[0] + shape[1]),
+        default_shape=shape,
+    )
+    sim = Simulation(params, prep.cap, wl, fleet, options, stream(prep.seed, "lifecycle"), prep.errors)
+    sim.revisions[STABLE].error_prob = params.policies.stable_error_prob
+    tpot = cfg.canary_tpot_mult if cfg.canary == "tpot" else 1.0
+    prefill = cfg.canary_ttft_mult if cfg.canary == "ttft" else 1.0
+    err = params.policies.stable_error_prob + (cfg.canary_error_prob if cfg.canary == "errors" else 0.0)
+    sim.add_revision(Revision(CANARY, prefill_mult=prefill, tpot_mult=tpot, error_prob=err))
+    t_apply = cfg.event_time_s(params)
+    sim.at(t_apply, lambda s: ctrl.apply(s, s.now), f"apply revision {CANARY} ({cfg.canary})")
+    start = time.perf_counter()
+    res = sim.run()
+    wall = time.perf_counter() - start
+    metrics = w5_metrics(prep, res, ctrl.timeline, cfg)
+    say(
+        f"W5/{cfg.canary}/{cfg.gates} {arm}: {wall:.1f} s wall; "
+        + (
+            f"rollback {metrics['rollback_s']:.0f} s (observe {metrics['observe_s'] or 0:.0f} / decide "
+            f"{metrics['decide_s'] or 0:.0f} / act {metrics['act_s'] or 0:.0f}), "
+            if metrics["rollback_s"] is not None
+            else ("promoted, " if metrics["promoted"] else "no decision, ")
+        )
+        + f"{metrics['requests_on_canary']:,} requests on the canary"
+    )
+    return W5Arm(arm, cfg.canary, res, ctrl.timeline, metrics, wall)
+
+
+def run_w5(
+    config: ScenarioConfig,
+    seed: int,
+    params: SimParams,
+    arms: Sequence[str] = ARMS,
+    progress: Callable[[str], None] | None = None,
+    variants: Sequence[tuple[str, str]] | None = None,
+) -> W5Run:
+    """Prepare the W5 workload once and run every rollout arm for each (canary, gate set) variant
+    (default: the config's own)."""
+    say = progress or (lambda _msg: None)
+    prep = prepare(config, seed, params, progress)
+    pairs, shape = w5_pairs(prep)
+    t_apply = config.event_time_s(params)
+    say(f"W5 fleet: {pairs} pairs of {shape[0]}P:{shape[1]}D for both arms; revision applied at {t_apply:.0f} s")
+    chosen = list(variants) if variants else [(config.canary, config.gates)]
+    out: list[W5Arm] = []
+    timing: dict[str, float] = dict(prep.timing)
+    for canary, gates in chosen:
+        cfg = replace(config, canary=canary, gates=gates)
+        for arm in arms:
+            r = run_arm(prep, cfg, arm, pairs, shape, say)
+            out.append(r)
+            timing[f"{canary}_{gates}_{arm}_s"] = r.wall_s
+    return W5Run(config, prep, pairs, shape, out, timing, chosen)
