@@ -41,8 +41,6 @@ import os
 import platform
 import re
 import secrets
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -88,8 +86,9 @@ from tandem_lab.dev.benchstats import (
     timeline,
     total_writes,
 )
+from tandem_lab.dev.kit import NodeGroup as KitNodeGroup
+from tandem_lab.dev.kit import OperatorProcess
 from tandem_lab.dev.kube import Kubectl, KubectlError
-from tandem_lab.dev.nodes import NodeSpec, add_nodes
 from tandem_lab.dev.testenv import TestenvError, Toolchain, locate
 
 REPO = Path(__file__).resolve().parents[3]
@@ -133,12 +132,6 @@ def image(tag: str) -> str:
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pod_ready(obj: Mapping[str, Any]) -> bool:
@@ -383,85 +376,25 @@ def configmaps_path(ns: str) -> str:
     return f"/api/v1/namespaces/{ns}/configmaps"
 
 
-@dataclass
-class OperatorRun:
-    """``tandem run`` as a child process of the benchmark (its pid is the operator's: RSS is read there)."""
+class OperatorRun(OperatorProcess):
+    """``tandem run`` as a child process of the benchmark (the shared kit's, ``tandem_lab.dev.kit``): its pid
+    is the operator's, so RSS and CPU are read there; the benchmark scrapes with a 1 s interval."""
 
-    kubeconfig: Path
-    namespaces: list[str]
-    log_path: Path
-    prometheus_url: str = ""
-    proc: subprocess.Popen[bytes] | None = None
-    metrics_port: int = 0
-    liveness_port: int = 0
-    starts: int = 0
+    def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path, prometheus_url: str = "") -> None:
+        super().__init__(
+            kubeconfig=kubeconfig,
+            namespaces=namespaces,
+            log_path=log_path,
+            prometheus_url=prometheus_url,
+            scrape_interval_s=1.0,
+        )
 
-    def start(self, settle_s: float = 2.0, timeout_s: float = 90.0) -> OperatorRun:
-        self.metrics_port = free_port()
-        self.liveness_port = free_port()
-        args = [
-            sys.executable,
-            "-m",
-            "tandem.cli",
-            "run",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--metrics-port={self.metrics_port}",
-            "--metrics-address=127.0.0.1",
-            f"--liveness-port={self.liveness_port}",
-            "--scrape-interval=1",
-            *[f"--namespace={ns}" for ns in self.namespaces],
-        ]
-        if self.prometheus_url:
-            args.append(f"--prometheus-url={self.prometheus_url}")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab" if self.starts else "wb") as log:
-            log.write(f"\n=== start {self.starts} ===\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        self.starts += 1
-        deadline = time.monotonic() + timeout_s
-        while not self._alive():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"operator not live after {timeout_s:.0f} s; see {self.log_path}")
-            time.sleep(0.2)
-        time.sleep(settle_s)
+    def start(self, timeout_s: float = 90.0, settle_s: float = 2.0) -> OperatorRun:
+        super().start(timeout_s=timeout_s, settle_s=settle_s)
         return self
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def _alive(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-            raise RuntimeError(f"the operator exited early; see {self.log_path}:\n{tail}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.liveness_port), timeout=1):
-            return True
-        return False
-
-    def stop(self) -> float:
-        """SIGTERM and wait; returns the seconds it took to exit."""
-        started = time.monotonic()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=45)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        return time.monotonic() - started
-
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return parse_metrics(resp.read().decode())
+        return parse_metrics(self.metrics_text())
 
     def passes(self) -> int:
         return int(metric_sum(self.metrics(), "tandem_reconcile_total"))
@@ -470,63 +403,17 @@ class OperatorRun:
         return read_proc_memory(self.pid)
 
 
-@dataclass
-class NodeGroup:
-    """KWOK MI325X nodes labelled ``tandem.dev/bench-nodes=<group>``; a pool selects them with ``selector``."""
+class NodeGroup(KitNodeGroup):
+    """KWOK MI325X nodes labelled ``tandem.dev/bench-nodes=<group>`` (the shared kit's node group)."""
 
-    kube: Kubectl
-    group: str
-    names: list[str] = field(default_factory=list)
-
-    @property
-    def selector(self) -> dict[str, str]:
-        return {NODE_LABEL: self.group}
-
-    def add(self, count: int, timeout_s: float = 240.0) -> None:
-        specs = []
-        for i in range(len(self.names), len(self.names) + count):
-            zone = ("zone-a", "zone-b")[i % 2]
-            specs.append(
-                NodeSpec(
-                    name=f"b{self.group}-{i}",
-                    zone=zone,
-                    rack=f"{zone}-rack-{i // 4}",
-                    extra_labels=((NODE_LABEL, self.group),),
-                )
-            )
-        for start in range(0, len(specs), 100):
-            add_nodes(self.kube, specs[start : start + 100])
-        self.names.extend(s.name for s in specs)
-        deadline = time.monotonic() + timeout_s
-        while self._schedulable() < len(self.names):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nodes of group {self.group} not Ready and untainted in {timeout_s:.0f} s")
-            time.sleep(1.0)
-
-    def _schedulable(self) -> int:
-        items = self.kube.json("get", "nodes", "-l", f"{NODE_LABEL}={self.group}")["items"]
-        count = 0
-        for node in items:
-            tainted = any(
-                t.get("key") == "node.kubernetes.io/not-ready" for t in node.get("spec", {}).get("taints") or []
-            )
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in node.get("status", {}).get("conditions") or []
-            )
-            count += int(ready and not tainted)
-        return count
+    def __init__(self, kube: Kubectl, group: str) -> None:
+        super().__init__(kube, label=NODE_LABEL, group=group, prefix="b", wait_s=240.0)
 
     def observed(self) -> tuple[ObservedNode, ...]:
-        items = self.kube.json("get", "nodes", "-l", f"{NODE_LABEL}={self.group}")["items"]
-        return tuple(parse_node(n) for n in items)
+        return tuple(parse_node(n) for n in self.items())
 
     def delete(self, wait: bool = True) -> None:
-        if self.names:
-            self.kube.run(
-                "delete", "nodes", "-l", f"{NODE_LABEL}={self.group}", f"--wait={str(wait).lower()}", timeout_s=180
-            )
-            self.names = []
+        super().delete(wait=wait)
 
 
 def speed_pool(

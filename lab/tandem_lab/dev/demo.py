@@ -22,9 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +34,7 @@ from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
 from tandem.core.cachewiring import wiring_from_cache
 from tandem_lab.dev import cluster as devcluster
+from tandem_lab.dev.kit import OperatorProcess
 from tandem_lab.dev.kube import Kubectl, KubectlError
 from tandem_lab.dev.simlive import LiveMetrics, load_workload
 from tandem_lab.sim.config import load_params
@@ -369,24 +367,13 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
     ).start()
     log_path = Path(state.state_dir) / "operator.log"
     say(f"starting the operator (tandem run), log: {log_path}")
-    with log_path.open("ab") as log:
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tandem.cli",
-                "run",
-                f"--kubeconfig={state.kubeconfig}",
-                f"--namespace={NAMESPACE}",
-                f"--prometheus-url={prometheus.url}",
-                "--scrape-interval=1",
-                "--liveness-port=0",
-                "--metrics-port=0",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    operator = OperatorProcess(
+        kubeconfig=Path(state.kubeconfig),
+        namespaces=[NAMESPACE],
+        log_path=log_path,
+        prometheus_url=prometheus.url,
+        scrape_interval_s=1.0,
+    ).start()
     demo = Demo(kube=kube, state=state, exporter=exporter)
     code = 0
     try:
@@ -396,8 +383,7 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
         result = {}
         code = 1
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout_s=30)
         exporter.stop()
     summary(demo, result, state, teardown=args.ci)
     return code
