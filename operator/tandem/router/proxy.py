@@ -227,7 +227,7 @@ class Router:
         pin: RevisionPin | None = None
         pin_value = request.headers.get(HEADER_REVISION)
         if pin_value is not None:
-            refused = self._refuse_pin(pin_value)
+            refused = self._read_pin(pin_value)
             if isinstance(refused, web.Response):
                 return refused
             pin = refused
@@ -261,7 +261,7 @@ class Router:
             log.info("request %s pinned to revision %s of %s/%s", request_id, pin.revision, table.namespace, table.pool)
         return await self._walk(request, table, key, state, None if pin is None else pin.revision)
 
-    def _refuse_pin(self, value: str) -> RevisionPin | web.Response:
+    def _read_pin(self, value: str) -> RevisionPin | web.Response:
         """The parsed pin, or the error answer when pinning is off or the value is malformed."""
         if not self.config.allow_revision_pin:
             self.metrics.requests.labels("", "", "", OUTCOME_BAD_REQUEST).inc()
