@@ -1,8 +1,11 @@
 """`tandem eval`: a reference client for the eval gate's Job — exact match over a dataset, N runs per case.
 
 Why Tandem ships one: an eval gate runs any image that honours the Job's contract (``builders.evaljob``:
-the canary's endpoints in ``TANDEM_TARGET_URLS``, the model in ``TANDEM_MODEL``, ``{"score": <percent>}`` as
-the termination message). The write-up gates every release on a tool-calling eval with exact match ≥ 98 %
+where to send requests in ``TANDEM_TARGET_URLS`` and the headers every request carries in
+``TANDEM_TARGET_HEADERS``, the model in ``TANDEM_MODEL``, ``{"score": <percent>}`` as the termination message).
+With a router the operator gives the router's URL and ``X-Tandem-Revision: <namespace>/<pool>/<revision>``, so
+each case takes the real P/D path of the canary (``tandem router --allow-revision-header``); without one, the
+canary's decode pods and no header. The write-up gates every release on a tool-calling eval with exact match ≥ 98 %
 over N runs; this client is that gate's plain form, so a pool can use it as is (the operator image has it)
 and the realengine tier can run it against real engines through the router.
 
@@ -16,7 +19,7 @@ Dataset: JSON Lines, one case per line, either ``{"prompt": str, "expected": str
 [{"name": str, "arguments": {...}}]}`` (``/v1/chat/completions``); optional ``max_tokens`` per case.
 
 Exit codes: 0 the eval ran and reported its score (whatever it is: the gate judges it), 2 usage or dataset
-errors (no target, unreadable file, a malformed case), never a traceback.
+errors (no target, unreadable file, a malformed case, malformed headers), never a traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -141,9 +144,31 @@ def matches(case: Case, answer: dict[str, Any]) -> bool:
     return str(message.get("content") or "").strip() == (case.expected or "").strip()
 
 
-def post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def parse_headers(flags: Sequence[str], env_json: str) -> dict[str, str]:
+    """The request headers: ``--header NAME:VALUE`` flags, else the JSON object of ``TANDEM_TARGET_HEADERS``."""
+    if flags:
+        out = {}
+        for flag in flags:
+            name, sep, value = flag.partition(":")
+            if not sep or not name.strip():
+                raise DatasetError(f"--header {flag!r}: give NAME:VALUE")
+            out[name.strip()] = value.strip()
+        return out
+    if not env_json.strip():
+        return {}
+    try:
+        raw = json.loads(env_json)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"TANDEM_TARGET_HEADERS is not JSON ({exc.msg})") from None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise DatasetError("TANDEM_TARGET_HEADERS must be a JSON object of strings")
+    return raw
+
+
+def post(url: str, body: dict[str, Any], timeout_s: float, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     data = json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    sent = {**(headers or {}), "Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, headers=sent, method="POST")
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         payload = resp.read(MAX_RESPONSE_BYTES + 1)
     if len(payload) > MAX_RESPONSE_BYTES:
@@ -154,7 +179,14 @@ def post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     return out
 
 
-def run_eval(cases: Sequence[Case], targets: Sequence[str], model: str, runs: int, timeout_s: float) -> Score:
+def run_eval(
+    cases: Sequence[Case],
+    targets: Sequence[str],
+    model: str,
+    runs: int,
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
+) -> Score:
     score = Score()
     turn = 0
     for case in cases:
@@ -164,7 +196,7 @@ def run_eval(cases: Sequence[Case], targets: Sequence[str], model: str, runs: in
             turn += 1
             score.total += 1
             try:
-                answer = post(target + path, body, timeout_s)
+                answer = post(target + path, body, timeout_s, headers)
             except (OSError, ValueError, urllib.error.URLError) as exc:
                 score.errors += 1
                 score.misses.append(f"line {case.line}: {target}: {exc}")
@@ -185,6 +217,14 @@ def register(subparsers: Any) -> None:
     cmd.add_argument("--runs", type=int, default=1, help="times each case is sent (default 1)")
     cmd.add_argument(
         "--target", action="append", default=[], help="base URL (repeatable; default: $TANDEM_TARGET_URLS)"
+    )
+    cmd.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="header sent with every request (repeatable; default: the JSON object $TANDEM_TARGET_HEADERS, "
+        "e.g. the X-Tandem-Revision pin to the canary when the targets are a router)",
     )
     cmd.add_argument("--model", default=os.environ.get("TANDEM_MODEL", ""), help="model name (default: $TANDEM_MODEL)")
     cmd.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
@@ -208,11 +248,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print("tandem eval: --runs must be at least 1", file=sys.stderr)
         return 2
     try:
+        headers = parse_headers(args.header, os.environ.get("TANDEM_TARGET_HEADERS", ""))
         cases = load_dataset(args.dataset)
     except DatasetError as exc:
         print(f"tandem eval: {exc}", file=sys.stderr)
         return 2
-    score = run_eval(cases, targets, args.model, args.runs, args.timeout)
+    score = run_eval(cases, targets, args.model, args.runs, args.timeout, headers)
     for miss in score.misses[:20]:
         print(f"miss: {miss}", file=sys.stderr)
     report = score.report()

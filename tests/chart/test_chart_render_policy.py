@@ -288,6 +288,7 @@ def test_operator_flags() -> None:
         "--log-format=text",
         "--leader-election-id=tandem",
         "--router-service=tandem-system/tandem-router",
+        "--router-url=http://tandem-router.tandem-system.svc:8000",
     ]
     minimal = operator_container(render())
     assert minimal["args"] == [
@@ -299,6 +300,7 @@ def test_operator_flags() -> None:
         "--log-format=json",
         "--leader-election-id=tandem",
         "--router-service=tandem-system/tandem-router",
+        "--router-url=http://tandem-router.tandem-system.svc:8000",
     ]
     assert "command" not in minimal, "the image's ENTRYPOINT is `tandem run`"
     assert not any("all-namespaces" in a or a in ("-A", "--all-namespaces") for a in args)

@@ -242,6 +242,7 @@ def test_router_flags_parse_with_tandem_router() -> None:
     assert (args.host, args.port, args.metrics_host, args.metrics_port) == ("0.0.0.0", 8000, "0.0.0.0", 9090)
     assert args.log_level == "DEBUG"
     assert args.kubeconfig is None, "in-cluster credentials"
+    assert args.allow_revision_header, "the operator's eval Jobs pin the canary through the router"
 
 
 def test_router_service_monitor_scrapes_the_router_metrics_port() -> None:
@@ -339,3 +340,15 @@ def test_engine_network_policy_off_without_router_or_when_disabled() -> None:
     engines_off = {"networkPolicy": {"engines": {"enabled": False}, "apiServer": {"cidrs": ["10.0.0.1/32"]}}}
     assert not engine_policies(render([MINIMAL_VALUES], engines_off))
     assert one(render([MINIMAL_VALUES], engines_off), "NetworkPolicy", ROUTER)
+
+
+def test_operator_router_url_is_the_router_service_client_port() -> None:
+    """Eval Jobs reach the router Service on its `http` port: the operator's --router-url follows router.port."""
+    objects = render(set_values={"router": {"port": 8100}})
+    svc = one(objects, "Service", ROUTER)
+    http = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
+    (deployment,) = [o for o in of_kind(objects, "Deployment") if o["metadata"]["name"] != ROUTER]
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "operator"]
+    args = build_parser("run").parse_args(["run", *container["args"]])
+    assert args.router_url == f"http://{ROUTER}.{RELEASE_NAMESPACE}.svc:{http}"
+    assert http == 8100

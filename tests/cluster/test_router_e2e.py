@@ -23,7 +23,7 @@ import yaml
 
 from tandem.api.labels import LABEL_PAIR
 from tandem.core.plan import canary_share
-from tandem.routing import NO_LOAD, PairState, RoutingTable, routing_key, select_for_table
+from tandem.routing import HEADER_REVISION, NO_LOAD, PairState, RoutingTable, routing_key, select_for_table
 from tandem.routing.table import CONFIGMAP_KEY
 from tandem_lab.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
 from tandem_lab.dev.kube import Kubectl
@@ -99,9 +99,18 @@ class Fleet:
         assert status == 200, status
         return dict((body or {}).get("pools", {}).get(f"{self.ns}/{POOL}", {}))
 
-    def post(self, prompt: str, *, stream: bool = False, max_tokens: int = 4, timeout: float = 60) -> requests.Response:
+    def post(
+        self,
+        prompt: str,
+        *,
+        stream: bool = False,
+        max_tokens: int = 4,
+        timeout: float = 60,
+        headers: dict[str, str] | None = None,
+    ) -> requests.Response:
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": stream}
-        return requests.post(f"{self.router.url}/v1/completions", json=body, timeout=timeout, stream=stream)
+        url = f"{self.router.url}/v1/completions"
+        return requests.post(url, json=body, timeout=timeout, stream=stream, headers=headers)
 
     def double(self, table: RoutingTable, pair_id: str, role: str) -> EngineDouble:
         pair = next(p for p in table.pairs if p.id == pair_id)
@@ -135,7 +144,10 @@ def fleet(
     crds: Kubectl, ns: str, gpu_nodes: GpuNodes, operator_factory: Any, dev_cluster: Any, request: pytest.FixtureRequest
 ) -> Iterator[Fleet]:
     gpu_nodes.add(3, loopback_pods=True)
-    router = RouterProcess(dev_cluster.kubeconfig, ns, name=request.node.name[:60]).start()
+    # --allow-revision-header as the chart runs it: the eval Jobs' pin to the canary.
+    router = RouterProcess(
+        dev_cluster.kubeconfig, ns, name=request.node.name[:60], extra_args=("--allow-revision-header",)
+    ).start()
     doubles = LoopbackDoubles()
     try:
         crds.apply(router_endpoint_slice(ns, router.metrics_host, router.metrics_port))
@@ -202,6 +214,14 @@ def test_canary_weight_50_splits_keys_as_the_table_says(fleet: Fleet) -> None:
         assert resp.headers[HEADER_PAIR] == winner(table, prompt), prompt
         got[by_revision[resp.headers[HEADER_PAIR]]] = got.get(by_revision[resp.headers[HEADER_PAIR]], 0) + 1
     assert set(got) == {table.revisions.stable, table.revisions.canary}  # both revisions take keys
+    # The eval Job's pin (namespace/pool/revision, as the operator writes it): every key on a canary pair,
+    # through its prefill and decode legs.
+    canary = {p.id for p in table.pairs if p.revision == table.revisions.canary and p.state is PairState.SERVING}
+    pin = {HEADER_REVISION: f"{fleet.ns}/{POOL}/{table.revisions.canary}"}
+    for i in range(12):
+        resp = fleet.post(f"eval case {i}", headers=pin)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers[HEADER_PAIR] in canary
 
 
 def test_one_prefill_rejecting_gives_no_client_error(fleet: Fleet) -> None:

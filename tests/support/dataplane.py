@@ -84,6 +84,7 @@ class RouterProcess:
     metrics_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    extra_args: tuple[str, ...] = ()
 
     def start(self) -> RouterProcess:
         LOGS.mkdir(exist_ok=True)
@@ -102,6 +103,7 @@ class RouterProcess:
             f"--metrics-host={self.metrics_host}",
             f"--metrics-port={self.metrics_port}",
             "--prefill-timeout=10",
+            *self.extra_args,
         ]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(

@@ -127,6 +127,8 @@ class World:
     allowed_registries: tuple[str, ...] = ()
     router_streams: Any = None
     """What the routers report this pass (`tandem.core.drains.RouterStreams`, or None: not configured)."""
+    router_url: str = ""
+    """The operator's router URL for eval Jobs ("" : none configured)."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -138,6 +140,7 @@ class World:
             revisions=dict(self.revisions),
             allowed_registries=self.allowed_registries,
             router_streams=self.router_streams,
+            router_url=self.router_url,
         )
 
     def tick(self, seconds: float = 5.0) -> Plan:

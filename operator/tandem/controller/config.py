@@ -7,7 +7,7 @@ defaults from :meth:`OperatorConfig.from_env`, which reads the environment over 
 the chart passes a flag only when a value is set.
 
 Environment: TANDEM_NAMESPACES, TANDEM_PROMETHEUS_URL, TANDEM_PROMETHEUS_AUTH_DIR, TANDEM_SCRAPE_INTERVAL,
-TANDEM_MAX_CONCURRENT_PASSES, TANDEM_ROUTER_SERVICE, TANDEM_ALLOWED_REGISTRIES and
+TANDEM_MAX_CONCURRENT_PASSES, TANDEM_ROUTER_SERVICE, TANDEM_ROUTER_URL, TANDEM_ALLOWED_REGISTRIES and
 TANDEM_PROMETHEUS_ALLOWED_ADDRESSES (comma lists), KUBECONFIG.
 """
 
@@ -22,6 +22,9 @@ DEFAULT_SCRAPE_INTERVAL_S: Final = 15.0
 """Prometheus scrape interval of engine metrics (sample freshness and rate windows)."""
 DEFAULT_MAX_CONCURRENT_PASSES: Final = 8
 """Pool passes running at once: bounds memory and API load when many pools wake together."""
+DEFAULT_ROUTER_PORT: Final = 8000
+"""The router Service's client port when only ``--router-service`` is given (the chart's ``router.port``
+default; the chart passes ``--router-url`` with its own value)."""
 
 
 def env_list(name: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -44,6 +47,17 @@ class OperatorConfig:
     """https Prometheus addresses a pool may name and still get the credentials (besides --prometheus-url)."""
     router_service: str = ""
     """``namespace/name`` of the router Service whose replicas report open streams ("" : drains are timers)."""
+    router_url: str = ""
+    """Where eval Jobs reach the router (``http://host:port``); "" : derived from ``router_service``."""
+
+    def eval_router_url(self) -> str:
+        """The router URL eval Jobs call, or "" when no router is configured (they call decode pods then)."""
+        if self.router_url:
+            return self.router_url.rstrip("/")
+        if "/" not in self.router_service:
+            return ""
+        namespace, name = self.router_service.split("/", 1)
+        return f"http://{name}.{namespace}.svc:{DEFAULT_ROUTER_PORT}"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -59,4 +73,5 @@ class OperatorConfig:
             allowed_registries=env_list("TANDEM_ALLOWED_REGISTRIES", env),
             prometheus_allowed_addresses=env_list("TANDEM_PROMETHEUS_ALLOWED_ADDRESSES", env),
             router_service=env.get("TANDEM_ROUTER_SERVICE", ""),
+            router_url=env.get("TANDEM_ROUTER_URL", ""),
         )

@@ -103,8 +103,16 @@ def register(subparsers: Any) -> None:
         "--router-service",
         default=env.router_service,
         metavar="NAMESPACE/NAME",
-        help="the router Service: its replicas' open-streams reports end drains early (default: none, "
-        "drains last drainTimeout; env TANDEM_ROUTER_SERVICE)",
+        help="the router Service: its replicas' open-streams reports end drains early, and eval Jobs run "
+        "through it (default: none, drains last drainTimeout and evals call decode pods; env TANDEM_ROUTER_SERVICE)",
+    )
+    run.add_argument(
+        "--router-url",
+        default=env.router_url,
+        metavar="URL",
+        help="where eval Jobs reach the router, pinned to the canary with X-Tandem-Revision (the router needs "
+        "--allow-revision-header; default: http://NAME.NAMESPACE.svc:8000 from --router-service; env "
+        "TANDEM_ROUTER_URL)",
     )
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", default="INFO")
@@ -135,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         allowed_registries=list(args.allowed_registry),
         prometheus_allowed_addresses=list(args.prometheus_allowed_address),
         router_service=args.router_service,
+        router_url=args.router_url,
     )
 
 

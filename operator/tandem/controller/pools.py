@@ -196,6 +196,7 @@ async def one_pass(runtime: Runtime, namespace: str, name: str, failures: int) -
                 peer_namespaces=runtime.config.namespaces,
                 allowed_registries=runtime.config.allowed_registries,
                 router_streams=runtime.router_streams,
+                router_url=runtime.config.eval_router_url(),
             )
         failures = 0 if not result.error or result.conflict else failures + 1
     except Exception:  # a bug in one pool must not take down the others (OP-06)

@@ -100,7 +100,11 @@ def eval_verdict(pool: InferencePool, job: EvalJobView | None, now: datetime) ->
             started_at=job.started or now,
             termination_message=job.termination_message,
         )
-    return evaluate_eval_gate(gate, observation, now=now)
+    verdict = evaluate_eval_gate(gate, observation, now=now)
+    if job is not None and job.target:
+        # rollout.gates[eval].query then says which path the score measured (router or decode pods).
+        verdict = verdict.model_copy(update={"query": f"{verdict.query} via {job.target}"})
+    return verdict
 
 
 def fold_analysis(

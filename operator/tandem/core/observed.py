@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tandem.api.labels import LABEL_INSTANCE, LABEL_PAIR, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, ROLES, Role
+from tandem.api.labels import (
+    ANNOTATION_EVAL_TARGET,
+    LABEL_INSTANCE,
+    LABEL_PAIR,
+    LABEL_POOL,
+    LABEL_REVISION,
+    LABEL_ROLE,
+    ROLES,
+    Role,
+)
 from tandem.api.pool_status import GateVerdict
 from tandem.api.quantity import parse_quantity
 from tandem.api.resources import InferencePool
@@ -128,6 +137,8 @@ class EvalJobView:
     score: float | None
     started: datetime | None
     termination_message: str | None = None
+    target: str = ""
+    """What the Job's client calls (its ``tandem.dev/eval-target`` annotation; "" on Jobs made before it)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,9 @@ class Snapshot:
     """Why this pool's analysis.prometheusAddress gets no credentials ("" when it does or is unset)."""
     router_streams: RouterStreams | None = None
     """The router replicas' open-streams reports, read this pass (None: not configured, or no pair drains)."""
+    router_url: str = ""
+    """Where eval Jobs reach `tandem router` (the operator's ``--router-url``/``--router-service``); "" : no
+    router configured, so eval Jobs call the canary's decode pods."""
 
 
 # --- parsing raw objects -------------------------------------------------------------------------
@@ -290,4 +304,5 @@ def parse_eval_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
         score=None,
         started=parse_time(meta.get("creationTimestamp")),
         termination_message=message,
+        target=(meta.get("annotations") or {}).get(ANNOTATION_EVAL_TARGET, ""),
     )

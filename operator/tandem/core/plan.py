@@ -40,7 +40,10 @@ from tandem.api.common import Condition
 from tandem.api.labels import (
     ANNOTATION_ABORT,
     ANNOTATION_PROMOTE,
+    EVAL_TARGET_DECODE_PODS,
+    EVAL_TARGET_ROUTER,
     Role,
+    eval_job_name,
     pod_name,
     pool_selector,
     routing_configmap_name,
@@ -96,6 +99,7 @@ from tandem.core.rollout import (
     surge_room,
 )
 from tandem.routing.algorithm import compute_pair_weights
+from tandem.routing.pin import HEADER_REVISION, RevisionPin
 from tandem.routing.table import (
     Admission,
     Endpoint,
@@ -111,6 +115,7 @@ from tandem.routing.table import (
 )
 
 ENGINE_PORT = 8000
+REASON_EVAL_JOB_CREATED = "EvalJobCreated"
 STEADY_RESYNC_SECONDS = 300.0
 BUSY_REQUEUE_SECONDS = 5.0
 
@@ -145,11 +150,19 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class EvalJobRequest:
-    """Create the eval Job of an analysis step against the canary's serving pairs."""
+    """Create the eval Job of an analysis step against the canary's serving pairs.
+
+    Through the router when the operator knows one (``target`` :data:`EVAL_TARGET_ROUTER`: one URL, and
+    ``headers`` pin the requests to this pool's canary revision, so they take the real P/D path: prefill
+    leg, KV transfer, decode leg, admission); otherwise the canary's decode pods directly
+    (:data:`EVAL_TARGET_DECODE_PODS`, no headers: each decode engine then prefills for itself).
+    """
 
     step: int
     revision: str
     target_urls: tuple[str, ...]
+    target: str = EVAL_TARGET_DECODE_PODS
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -303,6 +316,8 @@ def plan_pool(snapshot: Snapshot) -> Plan:
 
     # 7. the eval Job of the current step, created once per (revision, step)
     eval_job = _eval_job_needed(snapshot, desired, decision)
+    if eval_job is not None:
+        events.append(Event(EVENT_NORMAL, REASON_EVAL_JOB_CREATED, _eval_job_message(snapshot, eval_job)))
 
     # 8. autoscaling: the total pair count (the rollout splits it), only when an evaluation was due
     scale_to: int | None = None
@@ -511,10 +526,31 @@ def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision
                 urls.extend(f"http://{e.address}" for e in pair.decode if e.address)
     if not urls:
         # No canary pair is published as serving yet (the table lags the pass that made the pair Ready):
-        # an eval without a target would measure nothing. The next pass starts it; the gate's deadline
-        # still bounds the step.
+        # an eval without a target would measure nothing (through the router it would get
+        # `revision_not_serving`). The next pass starts it; the gate's deadline still bounds the step.
         return None
+    if snapshot.router_url:
+        meta = snapshot.pool.metadata
+        pin = RevisionPin(desired, meta.namespace, meta.name)
+        return EvalJobRequest(
+            step=status.step_index,
+            revision=desired,
+            target_urls=(snapshot.router_url,),
+            target=EVAL_TARGET_ROUTER,
+            headers=((HEADER_REVISION, pin.header_value()),),
+        )
     return EvalJobRequest(step=status.step_index, revision=desired, target_urls=tuple(urls))
+
+
+def _eval_job_message(snapshot: Snapshot, job: EvalJobRequest) -> str:
+    """The EvalJobCreated event: which path the eval measures, so a direct-to-decode eval is never silent."""
+    name = eval_job_name(snapshot.pool.metadata.name, job.revision, job.step)
+    if job.target == EVAL_TARGET_ROUTER:
+        return f"eval Job {name}: through the router {job.target_urls[0]}, pinned to revision {job.revision}"
+    return (
+        f"eval Job {name}: directly against {len(job.target_urls)} decode pod(s) of revision {job.revision} "
+        "(no router configured: the P/D path is not exercised)"
+    )
 
 
 class _PairActions:

@@ -418,6 +418,8 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
                     gate=pool.spec.rollout.analysis.eval,
                     model=pool.spec.model.served_name,
                     target_urls=list(plan.eval_job.target_urls),
+                    target=plan.eval_job.target,
+                    target_headers=dict(plan.eval_job.headers),
                 )
             )
         writes += 1
@@ -546,6 +548,7 @@ async def reconcile_pool(
     peer_namespaces: Sequence[str] = (),
     allowed_registries: Sequence[str] = (),
     router_streams: RouterStreamsReader | None = None,
+    router_url: str = "",
 ) -> PassResult:
     """One full pass; never raises for API errors (they become a condition and a backoff).
 
@@ -566,6 +569,8 @@ async def reconcile_pool(
         snapshot = await observe_rollout(kube, snapshot, metrics)
         snapshot = await observe_scaling(snapshot, metrics, memory)
         snapshot = await observe_router_streams(snapshot, router_streams)
+        if router_url:
+            snapshot = dataclasses.replace(snapshot, router_url=router_url)
     except NotFound:
         return PassResult(requeue_after=None, duration=time.monotonic() - started)
     except ValidationError as exc:

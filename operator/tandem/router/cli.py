@@ -5,6 +5,14 @@
 change. ``--namespace NS`` (repeatable) watches the ``<pool>-routing`` ConfigMaps of NS instead (in-cluster
 credentials by default, or ``--kubeconfig``); both may be combined. Requests on ``--host:--port``;
 ``/health``, ``/ready`` and ``/metrics`` on ``--metrics-port``.
+
+``--allow-revision-header`` makes the router honour ``X-Tandem-Revision: <namespace>/<pool>/<revision>``
+(or ``<revision>``): such a request is served only by that revision's serving pairs, walking on inside
+them; the canary's eval Job uses it to run through the real P/D path. Off by default, because any client
+that can send it pins its requests to the canary: it then gets the canary's answers on purpose and can
+load the canary's few pairs, skewing the gates that judge it. A router without the flag refuses such a
+request (403 ``revision_pin_disabled``) rather than ignoring the header. The chart turns it on, next to
+its operator, and its NetworkPolicy limits who reaches the router (docs/design/005-routing.md).
 """
 
 from __future__ import annotations
@@ -72,6 +80,13 @@ def register(subparsers: Any) -> None:
         default=RouterConfig.scrape_stale_intervals,
         help="engine samples older than this many intervals are ignored",
     )
+    parser.add_argument(
+        "--allow-revision-header",
+        action="store_true",
+        help="honour X-Tandem-Revision (pin a request to one revision's serving pairs; the canary's eval Job "
+        "needs it). Off: such requests get 403. Any client that reaches the router can then pin, so keep "
+        "the router's clients restricted",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -95,6 +110,7 @@ async def _serve(args: argparse.Namespace) -> int:
         scrape_interval_s=args.scrape_interval,
         scrape_timeout_s=args.scrape_timeout,
         scrape_stale_intervals=args.scrape_stale_intervals,
+        allow_revision_pin=args.allow_revision_header,
     )
     running = await start_router(
         _sources(args),

@@ -16,6 +16,7 @@ TYPE_INVALID_REQUEST = "invalid_request_error"
 TYPE_RATE_LIMIT = "rate_limit_error"
 TYPE_UNAVAILABLE = "service_unavailable_error"
 TYPE_UPSTREAM = "upstream_error"
+TYPE_PERMISSION = "permission_error"
 
 CODE_MODEL_NOT_FOUND = "model_not_found"
 CODE_NO_POOL = "no_matching_pool"
@@ -25,8 +26,20 @@ CODE_NO_TABLE = "no_routing_table"
 CODE_PREFILL_FAILED = "prefill_failed"
 CODE_DECODE_FAILED = "decode_failed"
 CODE_STREAM_BROKEN = "stream_broken"
+CODE_POOL_NOT_FOUND = "pool_not_found"
+"""``X-Tandem-Revision`` named a pool this router does not route (for the request's model)."""
+CODE_NO_REVISION = "revision_not_serving"
+"""``X-Tandem-Revision`` named a revision with no serving pair in the pool (rolled back, still warming)."""
+CODE_PIN_DISABLED = "revision_pin_disabled"
+CODE_BAD_PIN = "invalid_revision_pin"
 
-_TYPE_BY_STATUS: Final = {429: TYPE_RATE_LIMIT, 503: TYPE_UNAVAILABLE, 502: TYPE_UPSTREAM, 504: TYPE_UPSTREAM}
+_TYPE_BY_STATUS: Final = {
+    403: TYPE_PERMISSION,
+    429: TYPE_RATE_LIMIT,
+    503: TYPE_UNAVAILABLE,
+    502: TYPE_UPSTREAM,
+    504: TYPE_UPSTREAM,
+}
 
 
 def error_body(

@@ -16,6 +16,11 @@ Steps per request (the code follows them):
    leg has started: the first decode byte may already be with the client, and the KV sits on this pair.
 5. Every tried pair full: the table's ``rejectStatus`` with ``Retry-After``.
 
+A request with ``X-Tandem-Revision`` (:mod:`tandem.routing.pin`; honoured only with
+``RouterConfig.allow_revision_pin``, else 403) is walked the same way over that revision's serving pairs
+only (``select_for_table(..., revision=)``); ``<namespace>/<pool>/<revision>`` also names the pool instead
+of classifying. That revision without a serving pair: 503 ``revision_not_serving``.
+
 MooncakeConnector sends the decode leg concurrently with the prefill (the decode waits for the KV on the
 engine side) and aborts it, by closing its connection, when the prefill fails; otherwise vLLM would hold
 the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s). Its bytes reach the client only after the
@@ -70,7 +75,19 @@ from tandem.router.scrape import (
     EngineScraper,
 )
 from tandem.router.tables import TableStore
-from tandem.routing import Outcome, Pair, RoutingTable, SkipReason, classify, routing_key, select_for_table
+from tandem.routing import (
+    HEADER_REVISION,
+    Outcome,
+    Pair,
+    PinError,
+    RevisionPin,
+    RoutingTable,
+    SkipReason,
+    classify,
+    parse_revision_pin,
+    routing_key,
+    select_for_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +128,10 @@ class RouterConfig:
     """Bound of one instance's ``/metrics`` read."""
     scrape_stale_intervals: int = DEFAULT_STALE_INTERVALS
     """Engine samples older than this many intervals are not used (own counts only)."""
+    allow_revision_pin: bool = False
+    """Honour ``X-Tandem-Revision`` (``tandem router --allow-revision-header``). Off: a request carrying the
+    header is refused (403), never routed as if it had none: an eval that asked for the canary must not be
+    scored on the stable revision."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +224,13 @@ class Router:
         except (BadRequest, ValueError) as exc:
             self.metrics.requests.labels("", "", "", OUTCOME_BAD_REQUEST).inc()
             return errors.error_response(f"invalid request: {exc}", status=400)
+        pin: RevisionPin | None = None
+        pin_value = request.headers.get(HEADER_REVISION)
+        if pin_value is not None:
+            refused = self._read_pin(pin_value)
+            if isinstance(refused, web.Response):
+                return refused
+            pin = refused
         snapshot = self.store.snapshot
         if not snapshot:
             self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
@@ -213,23 +241,55 @@ class Router:
             return errors.error_response(
                 f"model {creq.model!r} is not served here", status=404, code=errors.CODE_MODEL_NOT_FOUND
             )
-        table = classify(creq.features(request.headers), tables)
+        if pin is not None and pin.pool_key is not None:
+            table = next((t for t in tables if f"{t.namespace}/{t.pool}" == pin.pool_key), None)
+            if table is None:
+                self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
+                return errors.error_response(
+                    f"pool {pin.pool_key} serving model {creq.model!r} is not routed here",
+                    status=404,
+                    code=errors.CODE_POOL_NOT_FOUND,
+                )
+        else:
+            table = classify(creq.features(request.headers), tables)
         if table is None:
             self.metrics.requests.labels("", "", "", OUTCOME_NO_POOL).inc()
             return errors.error_response("no pool takes this request", status=400, code=errors.CODE_NO_POOL)
         key = routing_key(creq.routing_text, table.hash.prefix_chars)
         state = _Request(creq, request_id, started)
-        return await self._walk(request, table, key, state)
+        if pin is not None:
+            log.info("request %s pinned to revision %s of %s/%s", request_id, pin.revision, table.namespace, table.pool)
+        return await self._walk(request, table, key, state, None if pin is None else pin.revision)
+
+    def _read_pin(self, value: str) -> RevisionPin | web.Response:
+        """The parsed pin, or the error answer when pinning is off or the value is malformed."""
+        if not self.config.allow_revision_pin:
+            self.metrics.requests.labels("", "", "", OUTCOME_BAD_REQUEST).inc()
+            return errors.error_response(
+                f"{HEADER_REVISION} is not honoured by this router (start it with --allow-revision-header)",
+                status=403,
+                code=errors.CODE_PIN_DISABLED,
+            )
+        try:
+            return parse_revision_pin(value)
+        except PinError as exc:
+            self.metrics.requests.labels("", "", "", OUTCOME_BAD_REQUEST).inc()
+            return errors.error_response(str(exc), status=400, code=errors.CODE_BAD_PIN)
 
     # --- steps 2, 3 and 5: the walk ----------------------------------------------------------------
 
-    async def _walk(self, request: web.Request, table: RoutingTable, key: int, state: _Request) -> web.StreamResponse:
+    async def _walk(
+        self, request: web.Request, table: RoutingTable, key: int, state: _Request, revision: str | None = None
+    ) -> web.StreamResponse:
+        """Steps 2, 3 and 5; ``revision`` pins the walk to that revision's serving pairs."""
         pool = f"{table.namespace}/{table.pool}"
         engine = self.scraper.view(pool)
         tried: set[str] = set()  # pairs whose prefill said "full" in this request: excluded from the walk
         counted: set[str] = set()
         while True:
-            decision = select_for_table(table, key, self.loads.for_table(table, engine), exclude=tried)
+            decision = select_for_table(
+                table, key, self.loads.for_table(table, engine), exclude=tried, revision=revision
+            )
             for skip in decision.skips:
                 # An excluded pair was counted under the router's own reason when it was tried.
                 if skip.reason is not SkipReason.EXCLUDED and skip.pair_id not in counted:
@@ -242,12 +302,17 @@ class Router:
                 no_pair = decision.walk_length == 0  # no serving pair at all: an outage, not overload
                 self.metrics.client_rejects.labels(pool, REJECT_NO_SERVING_PAIR if no_pair else REJECT_ALL_FULL).inc()
                 log.info("request %s rejected by %s after %d pair(s)", state.request_id, pool, decision.walk_length)
+                if no_pair and revision is not None:
+                    message, code = f"revision {revision} of pool {pool} has no serving pair", errors.CODE_NO_REVISION
+                elif no_pair:
+                    message, code = f"pool {pool} has no serving pair", errors.CODE_NO_PAIR
+                else:
+                    which = "" if revision is None else f" (revision {revision})"
+                    message, code = f"every pair of pool {pool}{which} tried is full; retry later", errors.CODE_ALL_FULL
                 return errors.error_response(
-                    f"pool {pool} has no serving pair"
-                    if no_pair
-                    else f"every pair of pool {pool} tried is full; retry later",
+                    message,
                     status=status,
-                    code=errors.CODE_NO_PAIR if no_pair else errors.CODE_ALL_FULL,
+                    code=code,
                     headers={"Retry-After": str(self.config.retry_after_s), legs.HEADER_REQUEST_ID: state.request_id},
                 )
             pair = decision.pair

@@ -2,7 +2,7 @@
 
 Pure: no I/O, no clock, no Kubernetes imports, deterministic across processes. The operator builds
 and publishes tables; routers and the fleet simulator import the algorithm. See
-``docs/design/005-routing.md``.
+``docs/design/005-routing.md``. :mod:`.pin` is the revision-pin request header.
 """
 
 from tandem.routing.algorithm import (
@@ -15,6 +15,7 @@ from tandem.routing.algorithm import (
     Skip,
     SkipReason,
     WalkBound,
+    candidate_set_for_revision,
     candidate_set_for_table,
     candidates,
     classify,
@@ -26,11 +27,13 @@ from tandem.routing.algorithm import (
     matches,
     plan_route,
     rendezvous_score,
+    revision_pairs,
     routing_key,
     routing_key_from_blocks,
     select,
     select_for_table,
 )
+from tandem.routing.pin import HEADER_REVISION, PinError, RevisionPin, parse_revision_pin
 from tandem.routing.table import (
     CONFIGMAP_KEY,
     ROUTING_API_VERSION,
@@ -50,6 +53,7 @@ from tandem.routing.table import (
 
 __all__ = [
     "CONFIGMAP_KEY",
+    "HEADER_REVISION",
     "NO_LOAD",
     "ROUTING_API_VERSION",
     "Admission",
@@ -64,13 +68,16 @@ __all__ = [
     "Pair",
     "PairLoad",
     "PairState",
+    "PinError",
     "RequestFeatures",
+    "RevisionPin",
     "Revisions",
     "RouteDecision",
     "RoutingTable",
     "Skip",
     "SkipReason",
     "WalkBound",
+    "candidate_set_for_revision",
     "candidate_set_for_table",
     "candidates",
     "classify",
@@ -81,8 +88,10 @@ __all__ = [
     "is_candidate",
     "match_specificity",
     "matches",
+    "parse_revision_pin",
     "plan_route",
     "rendezvous_score",
+    "revision_pairs",
     "routing_key",
     "routing_key_from_blocks",
     "select",

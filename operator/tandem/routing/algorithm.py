@@ -10,7 +10,8 @@ Must not: do I/O, read a clock, keep state that changes a result between calls, 
 snapshot). The only state is a bounded memo of pure results (:class:`CandidateSet`, see *Decision cost*):
 a hit returns exactly what a recomputation would.
 Invariants: the same inputs give the same outputs in any process; only ``serving`` pairs with a
-positive weight are candidates; a walk tries at most ``maxWalk`` pairs.
+positive weight are candidates (a walk pinned to a revision: its ``serving`` pairs, see *Pinning a
+revision*); a walk tries at most ``maxWalk`` pairs.
 
 Hashes (byte layouts are part of the contract, so another language can reproduce them)
 -------------------------------------------------------------------------------------
@@ -60,6 +61,19 @@ pair keeps its place in the walk order and uses one of the ``maxWalk`` tries (it
 the queueing fallback, and is recorded as a :attr:`SkipReason.EXCLUDED` skip (the caller counts it under
 its own reason); its load still counts in ``L`` as it is. Nothing else changes, so the router and the
 simulator walk by the same rule.
+
+Pinning a revision
+------------------
+A caller may restrict one request to the serving pairs of one revision (the router does it for a request
+that names a revision, e.g. the canary's eval Job). :func:`select_for_table` with ``revision=R`` walks the
+same :func:`select` over :func:`candidate_set_for_revision`: the table's ``serving`` pairs of revision ``R``,
+**weighed equally** (:data:`~tandem.routing.table.DEFAULT_PAIR_WEIGHT`), with the table's load bound, walk
+limit and admission. Equal weights because a pair's weight is the revision's share of *unpinned* keys: a
+canary at 0 % has weight 0 and must still be reachable by its eval, and within one revision the operator's
+weights are equal anyway (:func:`compute_pair_weights`), so the pinned walk order is the unpinned order of
+those pairs. ``L`` and ``W`` of the load bound are taken over the pinned pairs only. Warming and draining
+pairs stay out; a revision without a serving pair gives ``Rejected`` with walk length 0 (the router's
+"no serving pair of that revision").
 
 Decision cost
 -------------
@@ -537,11 +551,47 @@ def _bound_for_table(table: RoutingTable) -> WalkBound:
     return bound
 
 
+_PINNED: OrderedDict[tuple[int, str], tuple[RoutingTable, CandidateSet]] = OrderedDict()
+
+
+def revision_pairs(table: RoutingTable, revision: str) -> tuple[Pair, ...]:
+    """The serving pairs of ``revision`` in ``table``, each at the default weight (see *Pinning a revision*)."""
+    return tuple(
+        p if p.weight == DEFAULT_PAIR_WEIGHT else p.model_copy(update={"weight": DEFAULT_PAIR_WEIGHT})
+        for p in table.pairs
+        if p.revision == revision and p.state is PairState.SERVING
+    )
+
+
+def candidate_set_for_revision(table: RoutingTable, revision: str) -> CandidateSet:
+    """The memoised :class:`CandidateSet` of ``table``'s serving pairs of ``revision`` (equal weights)."""
+    memo_key = (id(table), revision)
+    entry = _PINNED.get(memo_key)
+    if entry is not None and entry[0] is table:
+        _PINNED.move_to_end(memo_key)
+        return entry[1]
+    built = CandidateSet(revision_pairs(table, revision))
+    _PINNED[memo_key] = (table, built)
+    if len(_PINNED) > CANDIDATE_SET_MEMO:
+        _PINNED.popitem(last=False)
+    return built
+
+
 def select_for_table(
-    table: RoutingTable, key: int, loads: Mapping[str, PairLoad], *, exclude: Collection[str] = ()
+    table: RoutingTable,
+    key: int,
+    loads: Mapping[str, PairLoad],
+    *,
+    exclude: Collection[str] = (),
+    revision: str | None = None,
 ) -> RouteDecision:
-    """:func:`select` with the table's pairs, load bound, walk limit and admission (memoised per table)."""
-    return select(key, candidate_set_for_table(table), loads, _bound_for_table(table), exclude=exclude)
+    """:func:`select` with the table's pairs, load bound, walk limit and admission (memoised per table).
+
+    ``revision`` pins the walk to that revision's serving pairs (*Pinning a revision*); the decision's
+    pair is then the table's pair at the default weight (same id, endpoints and revision).
+    """
+    cset = candidate_set_for_table(table) if revision is None else candidate_set_for_revision(table, revision)
+    return select(key, cset, loads, _bound_for_table(table), exclude=exclude)
 
 
 def plan_route(
