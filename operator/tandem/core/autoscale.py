@@ -111,6 +111,12 @@ REASON_SCALE_DOWN_WORK: Final = "ScaleDownWork"
 REASON_HOLD_LEAD_TIME: Final = "HoldLeadTime"
 REASON_HOLD_WORK_COVERED: Final = "HoldWorkCovered"
 REASON_AT_MAX_PAIRS: Final = "AtMaxPairs"
+
+# Which signal corrected work planning's model (decision metric ``signal``, and the message's last words).
+SIGNAL_ROUTER: Final = "attainment from the router"
+"""The router's per-request SLO counter answered: the corrections follow measured attainment."""
+SIGNAL_MODEL: Final = "model only: no router attainment"
+"""No router SLO series (no router scraped, or no request judged in the window): corrections unchanged."""
 REASON_AT_MIN_PAIRS: Final = "AtMinPairs"
 REASON_LIMITED_BY_CAPACITY: Final = "LimitedByCapacity"
 REASON_DISABLED: Final = "AutoscalingDisabled"
@@ -198,6 +204,8 @@ class PoolSample:
     """Share of requests within their TTFT budget by prompt size (rejects and timeouts are misses)."""
     tpot_attainment: float | None = None
     """Share of requests within the TPOT target (rejects and timeouts are misses)."""
+    unserved_share: float | None = None
+    """Share of requests the router rejected or timed out (no pair had room): queueing the engines never see."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1005,6 +1013,9 @@ def _plan_work(
        (ScaleUpAhead when the forecast, not the need now, asks for more);
     3. scale down only to the pairs of the largest need seen within the lead time (capacity released now
        cannot be back sooner), never below the need now; the metric rule's down window and step limits apply.
+
+    The corrections of step 1 follow the router's measured attainment (rejects and timeouts are misses) when
+    it answers; without it they stay as they were and the decision's ``signal`` says the model ran alone.
     """
     now, cur, shape = ev.now, ev.cur, ev.context.shape
     st = ev.state.work or WorkState()
@@ -1013,9 +1024,16 @@ def _plan_work(
         ev.block_down()
         return ev.hold(REASON_HOLD_NO_DATA, f"no work data (request, prompt or generation rate missing): holding {cur}")
     pool = metrics.pool
+    ttft_att = pool.ttft_attainment if _valid(pool.ttft_attainment, 1.0) else None
+    tpot_att = pool.tpot_attainment if _valid(pool.tpot_attainment, 1.0) else None
+    unserved = pool.unserved_share if _valid(pool.unserved_share, 1.0) else None
+    signal = SIGNAL_ROUTER if ttft_att is not None or tpot_att is not None else SIGNAL_MODEL
+    # A queue is what more capacity cuts: the prefill engines' waiting requests, or the requests the router
+    # rejected or timed out because no pair had room (the admission cap keeps those out of the engines' queues).
     prefill_waiting = sum((i.waiting or 0.0) for i in metrics.instances if i.role == "prefill")
-    p_corr = update_correction(st.prefill_correction, pool.ttft_attainment, work.attainment, prefill_waiting > 0)
-    d_corr = update_correction(st.decode_correction, pool.tpot_attainment, work.attainment, True)
+    queued = prefill_waiting > 0 or (unserved or 0.0) > 0
+    p_corr = update_correction(st.prefill_correction, ttft_att, work.attainment, queued)
+    d_corr = update_correction(st.decode_correction, tpot_att, work.attainment, True)
     p = prefill_need(demand, work.profile, work.attainment, work.ttft_overhead_s)
     d = decode_need(demand, work.profile, work.attainment)
     head = 1.0 + work.burst_headroom
@@ -1032,11 +1050,13 @@ def _plan_work(
         "prefillNeed": f"{p_fc.now:.2f} now, {p_fc.ahead:.2f} ahead (load {p.load:.2f}, x{p_corr:.2f})",
         "decodeNeed": f"{d_fc.now:.2f} now, {d_fc.ahead:.2f} ahead (load {d.load:.2f}, x{d_corr:.2f})",
         "pairsNeeded": f"{need_now} now, {ahead} ahead, {keep} kept",
-        "attainment": f"ttft {_opt(pool.ttft_attainment)} tpot {_opt(pool.tpot_attainment)}",
+        "attainment": f"ttft {_opt(ttft_att)} tpot {_opt(tpot_att)} unserved {_opt(unserved)}",
+        "signal": signal,
     }
     why = (
         f"work {demand.uncached_tokens_per_s:.0f} uncached tok/s, {demand.decode_streams:.0f} streams; "
-        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {ev.policy.work.lead_s if ev.policy.work else 0:.0f}s"
+        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {ev.policy.work.lead_s if ev.policy.work else 0:.0f}s; "
+        f"{signal}"
     )
     if cur < ahead:
         return ev.scale_up(ahead, METRIC_WORK if ahead <= need_now else METRIC_WORK_AHEAD, why)
