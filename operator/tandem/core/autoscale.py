@@ -238,6 +238,9 @@ class ScaleContext:
     """Set by the caller during a rollback or while new capacity is not yet Ready: no scale-down."""
     shape: tuple[int, int] = (1, 1)
     """Instances per pair group (prefill, decode): work planning turns per-role needs into groups."""
+    measured_load_s: float | None = None
+    """The serving revision's measured model load time (`tandem.core.loadtime`); None: not measured yet.
+    Work planning's lead time is the smaller of this and the declared ``loadTime`` (:func:`lead_time`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1001,6 +1004,24 @@ def work_demand(metrics: MetricsSnapshot) -> WorkDemand | None:
     )
 
 
+def lead_time(work: WorkPlanning, measured_s: float | None) -> tuple[float, str]:
+    """Work planning's capacity lead time and where it came from: the measured load time of the pool's own
+    pods when there is one, bounded above by the declared ``capacityProfile.loadTime``.
+
+    Why the declared value bounds it from above: the measurement is a few pods' first loads, and the ways it
+    goes wrong make it long, not short (a readiness probe that flapped moves the Ready transition later; a
+    one-off cold image pull on a new node). A lead time longer than the one the user declared would keep
+    capacity, and forecast, further out than they chose to pay for; a shorter measured one (images cached,
+    a fast model load) lets the pool follow the load as closely as it can really come back.
+    Example: declared 300 s, measured 110 s → 110 s; measured 695 s → 300 s."""
+    declared = work.lead_s
+    if measured_s is None or not math.isfinite(measured_s) or measured_s < 0:
+        return declared, f"{declared:.0f}s declared"
+    if measured_s >= declared:
+        return declared, f"{declared:.0f}s declared (measured {measured_s:.0f}s)"
+    return measured_s, f"{measured_s:.0f}s measured (declared {declared:.0f}s)"
+
+
 def _plan_work(
     ev: _Evaluation, work: WorkPlanning, metrics: MetricsSnapshot
 ) -> tuple[AutoscaleDecision, AutoscaleState]:
@@ -1009,8 +1030,9 @@ def _plan_work(
 
     1. need_r = queue-model instances for role r at the attainment target × the role's attainment correction
        × (1 + burst headroom);
-    2. forecast each need ``lead`` (the load time) ahead; scale up to the pairs the forecast needs
-       (ScaleUpAhead when the forecast, not the need now, asks for more);
+    2. forecast each need ``lead`` ahead (:func:`lead_time`: the measured load time, at most the declared
+       one); scale up to the pairs the forecast needs (ScaleUpAhead when the forecast, not the need now, asks
+       for more);
     3. scale down only to the pairs of the largest need seen within the lead time (capacity released now
        cannot be back sooner), never below the need now; the metric rule's down window and step limits apply.
 
@@ -1037,8 +1059,9 @@ def _plan_work(
     p = prefill_need(demand, work.profile, work.attainment, work.ttft_overhead_s)
     d = decode_need(demand, work.profile, work.attainment)
     head = 1.0 + work.burst_headroom
-    p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, work.lead_s)
-    d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, work.lead_s)
+    lead, lead_source = lead_time(work, ev.context.measured_load_s)
+    p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, lead)
+    d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, lead)
     ev.state = replace(ev.state, work=WorkState(p_state, d_state, p_corr, d_corr))
     need_now = pairs_for(p_fc.now, d_fc.now, shape)
     ahead = pairs_for(p_fc.ahead, d_fc.ahead, shape)
@@ -1052,10 +1075,11 @@ def _plan_work(
         "pairsNeeded": f"{need_now} now, {ahead} ahead, {keep} kept",
         "attainment": f"ttft {_opt(ttft_att)} tpot {_opt(tpot_att)} unserved {_opt(unserved)}",
         "signal": signal,
+        "leadTime": lead_source,
     }
     why = (
         f"work {demand.uncached_tokens_per_s:.0f} uncached tok/s, {demand.decode_streams:.0f} streams; "
-        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {ev.policy.work.lead_s if ev.policy.work else 0:.0f}s; "
+        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {lead:.0f}s; "
         f"{signal}"
     )
     if cur < ahead:

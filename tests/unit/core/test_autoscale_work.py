@@ -205,3 +205,32 @@ def test_work_plan_rejects_raise_the_pairs_the_engines_alone_would_not() -> None
         cur_model, cur_router = d1.desired_pairs, d2.desired_pairs
     assert cur_model == 4
     assert cur_router > 4
+
+
+@pytest.mark.parametrize(
+    ("measured", "want_first_down_after"),
+    [
+        pytest.param(None, 600.0, id="declared 600 s: the peak is kept 600 s"),
+        pytest.param(120.0, 120.0, id="measured 120 s: the peak is kept 120 s, not 600 s"),
+        pytest.param(900.0, 600.0, id="measured 900 s is bounded by the declared 600 s"),
+    ],
+)
+def test_work_plan_scale_down_follows_the_measured_load_time(
+    measured: float | None, want_first_down_after: float
+) -> None:
+    policy = AutoscalePolicy.from_spec(spec(load_time="600s"))
+
+    def step(cur: int, rate: float, state: AutoscaleState, t: float) -> tuple[AutoscaleDecision, AutoscaleState]:
+        context = ScaleContext(current_pairs=cur, ready_pairs=cur, measured_load_s=measured)
+        return compute_desired_pairs(policy, context, snapshot(rate, cur), state, t)
+
+    decision, state = step(7, 10.0, WARM, 0.0)
+    cur, t, downs = 7, 0.0, []
+    while t < 1500.0:
+        t += 30.0
+        decision, state = step(cur, 1.0, state, t)
+        if decision.reason == REASON_SCALE_DOWN_WORK:
+            downs.append(t)
+        cur = decision.desired_pairs
+    assert downs
+    assert want_first_down_after < min(downs) <= want_first_down_after + 60.0
