@@ -21,8 +21,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-MAX_EVENT_BYTES: Final = 1 << 20
-"""Longest SSE event kept for the usage check; a longer one is counted but not parsed (no usage read)."""
+MAX_EVENT_BYTES: Final = 1 << 16
+"""Longest SSE event held for the usage check (a usage event is well under 1 KiB); a longer one is still
+counted, from its first bytes, but not held or parsed."""
 _DONE: Final = b"[DONE]"
 
 
@@ -43,22 +44,33 @@ class StreamTokens:
     events: int = 0
     usage_tokens: int | None = None
     _tail: bytes = field(default=b"", repr=False)
+    _long: bool | None = field(default=None, repr=False)
+    """Inside an event longer than :data:`MAX_EVENT_BYTES`: whether it is a token event (None: not inside one).
+    Only its last byte is held then, so a blank line split across two chunks is still seen."""
 
     def feed(self, chunk: bytes) -> None:
         parts = (self._tail + chunk).split(b"\n\n")
         self._tail = parts.pop()
-        if len(self._tail) > MAX_EVENT_BYTES:
-            self._tail = self._tail[-MAX_EVENT_BYTES:]
         for event in parts:
+            if self._long is not None:  # the end of the long event
+                self.events += self._long
+                self._long = None
+                continue
             self._event(event)
+        if self._long is None and len(self._tail) > MAX_EVENT_BYTES:
+            self._long = self._is_token_event(self._tail)
+        if self._long is not None:
+            self._tail = self._tail[-1:]
+
+    @staticmethod
+    def _is_token_event(raw: bytes) -> bool:
+        line = raw.strip()
+        return line.startswith(b"data:") and line[5:].strip() != _DONE
 
     def _event(self, raw: bytes) -> None:
-        line = raw.strip()
-        if not line.startswith(b"data:"):
+        if not self._is_token_event(raw):
             return
-        payload = line[5:].strip()
-        if payload == _DONE:
-            return
+        payload = raw.strip()[5:].strip()
         self.events += 1
         if b'"usage"' in payload:
             try:
@@ -71,7 +83,10 @@ class StreamTokens:
     @property
     def tokens(self) -> int:
         """Output tokens of the stream so far (the engine's usage when it sent one, else the event count)."""
-        if self._tail.strip():
+        if self._long is not None:  # a stream that ended inside a long event
+            self.events += self._long
+            self._long = None
+        elif self._tail.strip():
             self._event(self._tail)  # a stream that ended without the final blank line
-            self._tail = b""
+        self._tail = b""
         return self.usage_tokens if self.usage_tokens is not None else self.events

@@ -18,6 +18,7 @@ def sse(*events: Any, done: bool = True) -> bytes:
 
 
 TOKENS = [{"choices": [{"index": 0, "text": f" t{i}"}]} for i in range(5)]
+LONG = [TOKENS[0], {"choices": [{"index": 0, "text": "x" * (1 << 17)}]}, TOKENS[1]]
 WITH_USAGE = [*TOKENS, {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}}]
 
 
@@ -32,6 +33,10 @@ WITH_USAGE = [*TOKENS, {"choices": [], "usage": {"prompt_tokens": 9, "completion
         pytest.param(sse(*TOKENS, done=False)[:-2], 0, 5, id="last event without its blank line"),
         pytest.param(b": keep-alive\n\n" + sse(*TOKENS[:2]), 0, 2, id="comments are not tokens"),
         pytest.param(b"data: [DONE]\n\n", 0, 0, id="empty stream"),
+        pytest.param(sse(*LONG), 0, 3, id="an event over the bound is counted"),
+        pytest.param(sse(*LONG), 4096, 3, id="an event over the bound, in chunks"),
+        pytest.param(sse(*LONG, done=False)[:-2], 1000, 3, id="a stream ending inside a long event"),
+        pytest.param(b": " + b"x" * (1 << 17) + b"\n\n" + sse(*TOKENS[:1]), 4096, 1, id="a long comment is not"),
     ],
 )
 def test_stream_tokens_counts_output_tokens(body: bytes, split: int, want: int) -> None:
@@ -55,3 +60,13 @@ def test_stream_tokens_counts_output_tokens(body: bytes, split: int, want: int) 
 )
 def test_usage_count_reads_only_counts(answer: Any, want: int | None) -> None:
     assert usage_count(answer, "prompt_tokens") == want
+
+
+def test_stream_tokens_sees_a_long_events_blank_line_split_across_chunks() -> None:
+    body = sse(*LONG)
+    end = body.index(b"\n\n", len(b"data: ") + (1 << 17))  # the long event's blank line
+    for cut in (end + 1, end, end + 2):  # between its two newlines, just before, just after
+        counter = StreamTokens()
+        counter.feed(body[:cut])
+        counter.feed(body[cut:])
+        assert counter.tokens == 3, cut
