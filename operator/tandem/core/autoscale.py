@@ -111,6 +111,12 @@ REASON_SCALE_DOWN_WORK: Final = "ScaleDownWork"
 REASON_HOLD_LEAD_TIME: Final = "HoldLeadTime"
 REASON_HOLD_WORK_COVERED: Final = "HoldWorkCovered"
 REASON_AT_MAX_PAIRS: Final = "AtMaxPairs"
+
+# Which signal corrected work planning's model (decision metric ``signal``, and the message's last words).
+SIGNAL_ROUTER: Final = "attainment from the router"
+"""The router's per-request SLO counter answered: the corrections follow measured attainment."""
+SIGNAL_MODEL: Final = "model only: no router attainment"
+"""No router SLO series (no router scraped, or no request judged in the window): corrections unchanged."""
 REASON_AT_MIN_PAIRS: Final = "AtMinPairs"
 REASON_LIMITED_BY_CAPACITY: Final = "LimitedByCapacity"
 REASON_DISABLED: Final = "AutoscalingDisabled"
@@ -198,6 +204,8 @@ class PoolSample:
     """Share of requests within their TTFT budget by prompt size (rejects and timeouts are misses)."""
     tpot_attainment: float | None = None
     """Share of requests within the TPOT target (rejects and timeouts are misses)."""
+    unserved_share: float | None = None
+    """Share of requests the router rejected or timed out (no pair had room): queueing the engines never see."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +238,9 @@ class ScaleContext:
     """Set by the caller during a rollback or while new capacity is not yet Ready: no scale-down."""
     shape: tuple[int, int] = (1, 1)
     """Instances per pair group (prefill, decode): work planning turns per-role needs into groups."""
+    measured_load_s: float | None = None
+    """The serving revision's measured model load time (`tandem.core.loadtime`); None: not measured yet.
+    Work planning's lead time is the smaller of this and the declared ``loadTime`` (:func:`lead_time`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -993,6 +1004,24 @@ def work_demand(metrics: MetricsSnapshot) -> WorkDemand | None:
     )
 
 
+def lead_time(work: WorkPlanning, measured_s: float | None) -> tuple[float, str]:
+    """Work planning's capacity lead time and where it came from: the measured load time of the pool's own
+    pods when there is one, bounded above by the declared ``capacityProfile.loadTime``.
+
+    Why the declared value bounds it from above: the measurement is a few pods' first loads, and the ways it
+    goes wrong make it long, not short (a readiness probe that flapped moves the Ready transition later; a
+    one-off cold image pull on a new node). A lead time longer than the one the user declared would keep
+    capacity, and forecast, further out than they chose to pay for; a shorter measured one (images cached,
+    a fast model load) lets the pool follow the load as closely as it can really come back.
+    Example: declared 300 s, measured 110 s → 110 s; measured 695 s → 300 s."""
+    declared = work.lead_s
+    if measured_s is None or not math.isfinite(measured_s) or measured_s < 0:
+        return declared, f"{declared:.0f}s declared"
+    if measured_s >= declared:
+        return declared, f"{declared:.0f}s declared (measured {measured_s:.0f}s)"
+    return measured_s, f"{measured_s:.0f}s measured (declared {declared:.0f}s)"
+
+
 def _plan_work(
     ev: _Evaluation, work: WorkPlanning, metrics: MetricsSnapshot
 ) -> tuple[AutoscaleDecision, AutoscaleState]:
@@ -1001,10 +1030,14 @@ def _plan_work(
 
     1. need_r = queue-model instances for role r at the attainment target × the role's attainment correction
        × (1 + burst headroom);
-    2. forecast each need ``lead`` (the load time) ahead; scale up to the pairs the forecast needs
-       (ScaleUpAhead when the forecast, not the need now, asks for more);
+    2. forecast each need ``lead`` ahead (:func:`lead_time`: the measured load time, at most the declared
+       one); scale up to the pairs the forecast needs (ScaleUpAhead when the forecast, not the need now, asks
+       for more);
     3. scale down only to the pairs of the largest need seen within the lead time (capacity released now
        cannot be back sooner), never below the need now; the metric rule's down window and step limits apply.
+
+    The corrections of step 1 follow the router's measured attainment (rejects and timeouts are misses) when
+    it answers; without it they stay as they were and the decision's ``signal`` says the model ran alone.
     """
     now, cur, shape = ev.now, ev.cur, ev.context.shape
     st = ev.state.work or WorkState()
@@ -1013,14 +1046,22 @@ def _plan_work(
         ev.block_down()
         return ev.hold(REASON_HOLD_NO_DATA, f"no work data (request, prompt or generation rate missing): holding {cur}")
     pool = metrics.pool
+    ttft_att = pool.ttft_attainment if _valid(pool.ttft_attainment, 1.0) else None
+    tpot_att = pool.tpot_attainment if _valid(pool.tpot_attainment, 1.0) else None
+    unserved = pool.unserved_share if _valid(pool.unserved_share, 1.0) else None
+    signal = SIGNAL_ROUTER if ttft_att is not None or tpot_att is not None else SIGNAL_MODEL
+    # A queue is what more capacity cuts: the prefill engines' waiting requests, or the requests the router
+    # rejected or timed out because no pair had room (the admission cap keeps those out of the engines' queues).
     prefill_waiting = sum((i.waiting or 0.0) for i in metrics.instances if i.role == "prefill")
-    p_corr = update_correction(st.prefill_correction, pool.ttft_attainment, work.attainment, prefill_waiting > 0)
-    d_corr = update_correction(st.decode_correction, pool.tpot_attainment, work.attainment, True)
+    queued = prefill_waiting > 0 or (unserved or 0.0) > 0
+    p_corr = update_correction(st.prefill_correction, ttft_att, work.attainment, queued)
+    d_corr = update_correction(st.decode_correction, tpot_att, work.attainment, True)
     p = prefill_need(demand, work.profile, work.attainment, work.ttft_overhead_s)
     d = decode_need(demand, work.profile, work.attainment)
     head = 1.0 + work.burst_headroom
-    p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, work.lead_s)
-    d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, work.lead_s)
+    lead, lead_source = lead_time(work, ev.context.measured_load_s)
+    p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, lead)
+    d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, lead)
     ev.state = replace(ev.state, work=WorkState(p_state, d_state, p_corr, d_corr))
     need_now = pairs_for(p_fc.now, d_fc.now, shape)
     ahead = pairs_for(p_fc.ahead, d_fc.ahead, shape)
@@ -1032,11 +1073,14 @@ def _plan_work(
         "prefillNeed": f"{p_fc.now:.2f} now, {p_fc.ahead:.2f} ahead (load {p.load:.2f}, x{p_corr:.2f})",
         "decodeNeed": f"{d_fc.now:.2f} now, {d_fc.ahead:.2f} ahead (load {d.load:.2f}, x{d_corr:.2f})",
         "pairsNeeded": f"{need_now} now, {ahead} ahead, {keep} kept",
-        "attainment": f"ttft {_opt(pool.ttft_attainment)} tpot {_opt(pool.tpot_attainment)}",
+        "attainment": f"ttft {_opt(ttft_att)} tpot {_opt(tpot_att)} unserved {_opt(unserved)}",
+        "signal": signal,
+        "leadTime": lead_source,
     }
     why = (
         f"work {demand.uncached_tokens_per_s:.0f} uncached tok/s, {demand.decode_streams:.0f} streams; "
-        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {ev.policy.work.lead_s if ev.policy.work else 0:.0f}s"
+        f"{p_fc.ahead:.1f}P+{d_fc.ahead:.1f}D within {lead:.0f}s; "
+        f"{signal}"
     )
     if cur < ahead:
         return ev.scale_up(ahead, METRIC_WORK if ahead <= need_now else METRIC_WORK_AHEAD, why)

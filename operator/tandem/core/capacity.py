@@ -73,6 +73,63 @@ def ttft_budget(
     return short_s + (long_s - short_s) * (input_tokens - l_short) / (l_long - l_short)
 
 
+# --- per-request SLO outcome (the router's tandem_router_slo_requests_total) ---------------------
+
+SLO_TTFT: Final = "ttft"
+SLO_TPOT: Final = "tpot"
+RESULT_MET: Final = "met"
+RESULT_MISSED: Final = "missed"
+RESULT_REJECTED: Final = "rejected"
+"""Every pair walked was full (or had no serving pair): the client got the reject status."""
+RESULT_TIMEOUT: Final = "timeout"
+"""A leg timed out (a prefill on every pair walked, a decode connect, or the decode's idle timeout)."""
+RESULT_ERROR: Final = "error"
+"""The pool failed the request (a 5xx leg, a broken stream)."""
+FAILURES: Final = (RESULT_REJECTED, RESULT_TIMEOUT, RESULT_ERROR)
+SLO_RESULTS: Final = (RESULT_MET, RESULT_MISSED, *FAILURES)
+
+
+def judge_request(
+    prompt_tokens: float,
+    *,
+    failure: str | None = None,
+    ttft_s: float | None = None,
+    output_tokens: int = 0,
+    decode_s: float | None = None,
+    abandoned_after_s: float | None = None,
+) -> dict[str, str]:
+    """The SLO result of one request, per SLO (``ttft``, ``tpot``): the one rule the router records with.
+
+    - ``failure`` (rejected, timeout, error): that result for both SLOs. They count against attainment like a
+      miss: the client was not served within its budget, and the engines' own metrics never see them.
+    - TTFT: ``met`` when ``ttft_s`` ≤ :func:`ttft_budget` (``prompt_tokens``), else ``missed``.
+    - TPOT: the request's own mean, ``decode_s`` (first to last token) / (``output_tokens`` − 1), against
+      :data:`TPOT_SLO_S`; a request with one output token has no TPOT and meets it (as the benchmarks count).
+    - ``abandoned_after_s`` (the client left before its end): TTFT is judged on the first token when it came,
+      else ``missed`` once the wait already exceeded the budget; otherwise nothing is known and nothing is
+      counted. TPOT is never judged on an abandoned stream.
+
+    Example: 20,000 prompt tokens → budget 1.09 s; TTFT 0.8 s, 101 tokens in 1.5 s (15 ms each) → both met.
+    """
+    if failure is not None:
+        if failure not in FAILURES:
+            raise ValueError(f"unknown failure {failure!r}")
+        return {SLO_TTFT: failure, SLO_TPOT: failure}
+    budget = ttft_budget(prompt_tokens)
+    if abandoned_after_s is not None:
+        if ttft_s is not None:
+            return {SLO_TTFT: RESULT_MET if ttft_s <= budget else RESULT_MISSED}
+        return {SLO_TTFT: RESULT_MISSED} if abandoned_after_s > budget else {}
+    if ttft_s is None:
+        raise ValueError("a finished request has a TTFT")
+    if output_tokens > 1 and decode_s is None:
+        raise ValueError("a request with more than one output token has a decode time")
+    out = {SLO_TTFT: RESULT_MET if ttft_s <= budget else RESULT_MISSED}
+    tpot_met = output_tokens <= 1 or decode_s is None or decode_s / (output_tokens - 1) <= TPOT_SLO_S
+    out[SLO_TPOT] = RESULT_MET if tpot_met else RESULT_MISSED
+    return out
+
+
 def mdl_rho_max(budget_s: float, service_s: float, floor: float) -> float:
     """Largest utilisation of an M/D/1 queue whose mean sojourn (wait + service) stays within ``budget_s``:
     ρ ≤ 2(T − S)/(2T − S). Example: T = 1 s, S = 0.25 s → 0.857. Clamped to [floor, 1]."""

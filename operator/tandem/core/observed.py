@@ -68,6 +68,10 @@ class ObservedPod:
     """The revision the pod was built from (its immutable ``TANDEM_REVISION`` env); None on older pods."""
     controller_uid: str | None = None
     """uid in the pod's controller owner reference (None without one): only the pool's uid makes it the pool's."""
+    scheduled_at: datetime | None = None
+    """When the pod was bound to its node (``PodScheduled=True`` lastTransitionTime); None while unbound."""
+    ready_at: datetime | None = None
+    """When the pod last turned Ready (``Ready=True`` lastTransitionTime); None while not Ready."""
 
     @property
     def pool(self) -> str | None:
@@ -236,7 +240,19 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = "amd.com/gpu") -> Obse
         affinity_nodes=_affinity_nodes(obj),
         built_revision=_env_value(obj, "TANDEM_REVISION"),
         controller_uid=_controller_uid(meta),
+        scheduled_at=_true_since(scheduled),
+        ready_at=_true_since(ready),
     )
+
+
+def _true_since(condition: Mapping[str, Any] | None) -> datetime | None:
+    """A condition's lastTransitionTime when it is True (when it became True), else None."""
+    if not condition or condition.get("status") != "True":
+        return None
+    try:
+        return parse_time(condition.get("lastTransitionTime"))
+    except ValueError:
+        return None
 
 
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:

@@ -84,6 +84,7 @@ from tandem.core.integrity import (
     vet_drain,
     vet_revisions,
 )
+from tandem.core.loadtime import measure_load_seconds
 from tandem.core.observed import ObservedPod, Snapshot, parse_time
 from tandem.core.pairs import PairView, cancel_unneeded_drains, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
@@ -337,6 +338,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             or bool(actions.creates)
             or serving < status.pairs.current,
             shape=(spec.pairs.prefill.instances, spec.pairs.decode.instances),
+            measured_load_s=_measured_load(status),
         )
         scaled, autoscale_state = compute_desired_pairs(
             spec.autoscaling,
@@ -399,6 +401,15 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             if pod.pool == name and pod.label_drift and pod.built_revision and not pod.deleting
         ),
     )
+
+
+def _measured_load(status: InferencePoolStatus) -> float | None:
+    """The stable revision's measured load time (the capacity a scale-up orders is mostly stable pairs; a
+    rollout's canary share is small), else the canary's, else None (work planning uses the declared one)."""
+    for rev in (status.revisions.stable, status.revisions.canary):
+        if rev is not None and rev.measured_load_seconds is not None:
+            return float(rev.measured_load_seconds)
+    return None
 
 
 def _recorded_digests(status: InferencePoolStatus) -> dict[str, str]:
@@ -1012,6 +1023,11 @@ def summarize(
     replicas = spec.pairs.replicas
 
     recorded = _recorded_digests(old)
+    previous_load = {
+        r.name: r.measured_load_seconds
+        for r in (old.revisions.stable, old.revisions.canary)
+        if r is not None and r.measured_load_seconds is not None
+    }
 
     def rev_status(rev: str | None) -> RevisionStatus | None:
         if not rev:
@@ -1030,6 +1046,11 @@ def summarize(
             )
         else:
             weight = 100 if rev == decision.stable else 0
+        # Measured on this pass's pods; the last measurement is kept while none is measurable (pods replaced
+        # or restarted since), as it cannot be re-derived from anything else.
+        measured = measure_load_seconds(actions.pairs, rev)
+        if measured is None:
+            measured = previous_load.get(rev)
         return RevisionStatus(
             name=rev,
             version=rspec.stack.version if rspec else "",
@@ -1038,6 +1059,7 @@ def summarize(
             pairs=len(members),
             ready_pairs=len(serving),
             weight_percent=max(0, min(100, weight)),
+            measured_load_seconds=measured,
         )
 
     conditions = list(old.conditions)

@@ -42,16 +42,27 @@ CACHE_HIT_RATIO = "cache_hit_ratio"
 GENERATION_RATE = "generation_rate"
 TTFT_ATTAINMENT = "ttft_attainment"
 TPOT_ATTAINMENT = "tpot_attainment"
+UNSERVED_SHARE = "unserved_share"
 PER_POD = (RUNNING, WAITING, KV)
-WORK_KEYS = (REQUEST_RATE, PROMPT_RATE, CACHE_HIT_RATIO, GENERATION_RATE, TTFT_ATTAINMENT, TPOT_ATTAINMENT)
+WORK_KEYS = (
+    REQUEST_RATE,
+    PROMPT_RATE,
+    CACHE_HIT_RATIO,
+    GENERATION_RATE,
+    TTFT_ATTAINMENT,
+    TPOT_ATTAINMENT,
+    UNSERVED_SHARE,
+)
 ROUTER_SLO_METRIC = "tandem_router_slo_requests_total"
-"""Router counter (to be added by the router: labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
-met|missed|service_bound): one increment per request and SLO, the TTFT budget by prompt size
-(:func:`tandem.core.capacity.ttft_budget`), TPOT from the request's own first/last token times; rejects and
-timeouts are ``missed``; a TTFT miss whose prefill leg alone exceeded the budget is ``service_bound`` (left
-out of the attainment the autoscaler corrects on: more capacity would not have helped it).
-Until the router exports it the attainment queries return nothing and work planning
-runs on the model alone (no correction)."""
+"""The router's per-request SLO counter (labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
+met|missed|rejected|timeout|error): one increment per request and SLO, judged by
+:func:`tandem.core.capacity.judge_request` (TTFT budget by prompt size, TPOT from the request's own first and
+last token times). Attainment is ``met`` over every result, so rejects, timeouts and failures are misses.
+When no router is scraped the series is absent, the attainment queries return nothing, and work planning runs
+on the model alone (no correction; the decision's ``signal`` says so)."""
+UNSERVED_RESULTS = "rejected|timeout"
+"""Results that mean the pool had no room (every pair walked was full, or a leg timed out): demand the engines'
+own queues never show, so they count as queueing for the attainment correction."""
 DEMAND_OUTCOMES_EXCLUDED = "bad_request|no_pool|client_gone"
 """Router outcomes that are not demand on the pool (malformed, unroutable or abandoned requests)."""
 
@@ -66,14 +77,22 @@ def _sel(namespace: str, pool: str, role: str | None = None) -> str:
 def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
     """The work-planning queries (spec.autoscaling.capacityProfile), by key: the pool's request rate from the
     router (rejects included: they are demand), prompt and generated tokens/s from the engines, the share of
-    prompt tokens served from a cache (local + shared tier) and the router's per-request SLO attainment."""
+    prompt tokens served from a cache (local + shared tier), the router's per-request SLO attainment and the
+    share of requests it could not place (rejected or timed out).
+
+    Example (pool ml/speed, window 60s), the TTFT attainment::
+
+        (sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft",result=~"met"}[60s])) or vector(0))
+          / sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft"}[60s]))
+    """
     dec, pre = _sel(namespace, pool, "decode"), _sel(namespace, pool, "prefill")
     router = f'pool="{namespace}/{pool}"'
 
-    def attainment(slo: str) -> str:
-        met = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result="met"}}[{window}]))'
-        scored = f'sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result!="service_bound"}}[{window}]))'
-        return f"{met} / {scored}"
+    def share(slo: str, results: str) -> str:
+        """Share of the pool's judged requests with one of ``results`` (no such series yet: 0, not missing;
+        no series at all, i.e. no router scraped: missing)."""
+        part = f'(sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result=~"{results}"}}[{window}])) or vector(0))'
+        return f'{part} / sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}"}}[{window}]))'
 
     return {
         REQUEST_RATE: (
@@ -86,8 +105,9 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
             f"sum(rate({em.total(em.PREFIX_QUERIES)}{{{pre}}}[{window}]))"
         ),
         GENERATION_RATE: f"sum(rate({em.total(em.GENERATION_TOKENS)}{{{dec}}}[{window}]))",
-        TTFT_ATTAINMENT: attainment("ttft"),
-        TPOT_ATTAINMENT: attainment("tpot"),
+        TTFT_ATTAINMENT: share("ttft", "met"),
+        TPOT_ATTAINMENT: share("tpot", "met"),
+        UNSERVED_SHARE: share("ttft", UNSERVED_RESULTS),
     }
 
 
@@ -231,6 +251,7 @@ def build_snapshot(
             generation_tokens_rate=scalar(GENERATION_RATE),
             ttft_attainment=scalar(TTFT_ATTAINMENT),
             tpot_attainment=scalar(TPOT_ATTAINMENT),
+            unserved_share=scalar(UNSERVED_SHARE),
         ),
         expected_prefill=prefill,
         expected_decode=decode,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from aiohttp import web
@@ -45,6 +45,9 @@ REASON_NO_ADDRESS = "NoAddress"
 # Why a client got the table's reject status (or 503): labels of tandem_router_client_rejects_total.
 REJECT_ALL_FULL = "all_pairs_full"
 REJECT_NO_SERVING_PAIR = "no_serving_pair"
+
+SLO_METRIC: Final = "tandem_router_slo_requests"
+"""Exposed as ``tandem_router_slo_requests_total`` (what ``tandem.core.scalemetrics.ROUTER_SLO_METRIC`` reads)."""
 
 LEG_PREFILL = "prefill"
 LEG_DECODE = "decode"
@@ -151,6 +154,13 @@ class RouterMetrics:
             ["pool", "pair", "pod", "reason"],
             registry=r,
         )
+        self.slo = Counter(
+            SLO_METRIC,
+            "Requests by SLO (ttft, tpot) and result (met, missed, rejected, timeout, error): each judged against "
+            "its own budget by prompt size (tandem.core.capacity.judge_request).",
+            ["pool", "revision", "slo", "result"],
+            registry=r,
+        )
         self.in_flight = Gauge("tandem_router_in_flight", "Requests in flight per pair.", ["pool", "pair"], registry=r)
         self.table_offers = Counter(
             "tandem_router_table_offers",
@@ -167,6 +177,11 @@ class RouterMetrics:
         r.register(_TableCollector(store, clock))
         store.listeners.append(self._on_offer)
         store.error_listeners.append(self._on_source_error)
+
+    def record_slo(self, pool: str, revision: str, results: Mapping[str, str]) -> None:
+        """Count one request's SLO results (labels: pool and revision only, so the series stay bounded)."""
+        for slo, result in results.items():
+            self.slo.labels(pool, revision, slo, result).inc()
 
     def watch_scraper(self, scraper: EngineScraper) -> None:
         """Export ``scraper``'s instance ages and count its failures."""

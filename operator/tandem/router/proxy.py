@@ -21,6 +21,11 @@ A request with ``X-Tandem-Revision`` (:mod:`tandem.routing.pin`; honoured only w
 only (``select_for_table(..., revision=)``); ``<namespace>/<pool>/<revision>`` also names the pool instead
 of classifying. That revision without a serving pair: 503 ``revision_not_serving``.
 
+Every request that reaches a pool is judged once for its SLO (``tandem_router_slo_requests_total``) by
+:func:`tandem.core.capacity.judge_request`: served requests on their own TTFT and TPOT, rejects (step 5),
+timeouts and the pool's failures as such, so the autoscaler sees the demand the engines never served.
+A 4xx the engine gives the client's own request is not judged (the client's mistake, not the pool's).
+
 MooncakeConnector sends the decode leg concurrently with the prefill (the decode waits for the KV on the
 engine side) and aborts it, by closing its connection, when the prefill fails; otherwise vLLM would hold
 the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s). Its bytes reach the client only after the
@@ -45,6 +50,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tandem.core.capacity import RESULT_ERROR, RESULT_REJECTED, RESULT_TIMEOUT, SLO_TPOT, judge_request
 from tandem.router import errors, legs
 from tandem.router.admission import Loads
 from tandem.router.metrics import (
@@ -74,6 +80,7 @@ from tandem.router.scrape import (
     DEFAULT_STALE_INTERVALS,
     EngineScraper,
 )
+from tandem.router.slo import StreamTokens, usage_count
 from tandem.router.tables import TableStore
 from tandem.routing import (
     HEADER_REVISION,
@@ -149,6 +156,11 @@ class _Request:
         self.request_id = request_id
         self.started = started
         self.labels: tuple[str, str, str] = ("", "", "")
+        self.prompt_tokens = creq.prompt_tokens
+        """The SLO budget's prompt size: the router's estimate until the prefill leg reports its usage."""
+        self.prefill_done: float | None = None
+        self.timed_out = False
+        """A prefill leg of this request's walk timed out (a walk that then ends rejected is a timeout)."""
 
 
 class Router:
@@ -298,6 +310,8 @@ class Router:
             if decision.outcome is Outcome.REJECTED or decision.pair is None:
                 self.metrics.walk.labels(pool).observe(decision.walk_length)
                 self.metrics.requests.labels(pool, "", "", OUTCOME_REJECTED).inc()
+                failure = RESULT_TIMEOUT if state.timed_out else RESULT_REJECTED
+                self.metrics.record_slo(pool, "", judge_request(state.prompt_tokens, failure=failure))
                 status = decision.status or 503
                 no_pair = decision.walk_length == 0  # no serving pair at all: an outage, not overload
                 self.metrics.client_rejects.labels(pool, REJECT_NO_SERVING_PAIR if no_pair else REJECT_ALL_FULL).inc()
@@ -328,6 +342,7 @@ class Router:
                 log.info("request %s: pair %s %s; walking on", state.request_id, pair.id, result.reason)
                 tried.add(pair.id)
                 counted.add(pair.id)
+                state.timed_out |= result.reason == REASON_PREFILL_TIMEOUT
                 self.metrics.rejects.labels(pool, pair.id, result.reason).inc()
                 continue
             self.metrics.walk.labels(pool).observe(decision.walk_length)
@@ -370,7 +385,12 @@ class Router:
             response = await self._open_decode(decode_addr, decode_body, headers)
         except (aiohttp.ClientError, TimeoutError) as exc:
             return self._finish_error(
-                state, OUTCOME_DECODE_ERROR, f"decode leg failed: {_describe(exc)}", 502, errors.CODE_DECODE_FAILED
+                state,
+                OUTCOME_DECODE_ERROR,
+                f"decode leg failed: {_describe(exc)}",
+                502,
+                errors.CODE_DECODE_FAILED,
+                failure=_failure(exc),
             )
         return await self._relay(request, response, state)
 
@@ -415,7 +435,12 @@ class Router:
             response = await decode_task
         except (aiohttp.ClientError, TimeoutError) as exc:
             return self._finish_error(
-                state, OUTCOME_DECODE_ERROR, f"decode leg failed: {_describe(exc)}", 502, errors.CODE_DECODE_FAILED
+                state,
+                OUTCOME_DECODE_ERROR,
+                f"decode leg failed: {_describe(exc)}",
+                502,
+                errors.CODE_DECODE_FAILED,
+                failure=_failure(exc),
             )
         return await self._relay(request, response, state)
 
@@ -464,11 +489,15 @@ class Router:
             return self._finish_error(
                 state, OUTCOME_PREFILL_ERROR, f"prefill leg failed: {_describe(exc)}", 502, errors.CODE_PREFILL_FAILED
             )
-        self.metrics.leg.labels(*state.labels, LEG_PREFILL).observe(time.perf_counter() - t0)
+        state.prefill_done = time.perf_counter()
+        self.metrics.leg.labels(*state.labels, LEG_PREFILL).observe(state.prefill_done - t0)
         try:
             answer = json.loads(payload)
         except ValueError:
             answer = None
+        prompt_tokens = usage_count(answer, "prompt_tokens")
+        if prompt_tokens:
+            state.prompt_tokens = prompt_tokens
         if not isinstance(answer, dict):
             return self._finish_error(
                 state, OUTCOME_PREFILL_ERROR, "prefill leg answered no JSON object", 502, errors.CODE_PREFILL_FAILED
@@ -513,8 +542,10 @@ class Router:
                         f"decode leg broke: {_describe(exc)}",
                         502,
                         errors.CODE_STREAM_BROKEN,
+                        failure=_failure(exc),
                     )
                 self._observe_done(state, t0, ttft=True)
+                self._judge_whole(state, payload)
                 return web.Response(body=payload, content_type="application/json", headers=self._headers(state))
             return await self._stream(request, upstream, state, t0)
         finally:
@@ -528,11 +559,16 @@ class Router:
         response.headers["Cache-Control"] = "no-cache"
         await response.prepare(request)
         first = True
+        tokens = StreamTokens()
+        first_at = last_at = 0.0
         try:
             async for chunk in upstream.content.iter_any():
+                last_at = time.perf_counter()
                 if first:
-                    self.metrics.ttft.labels(*state.labels).observe(time.perf_counter() - state.started)
+                    first_at = last_at
+                    self.metrics.ttft.labels(*state.labels).observe(first_at - state.started)
                     first = False
+                tokens.feed(chunk)
                 await response.write(chunk)
         except (
             aiohttp.ClientPayloadError,
@@ -542,6 +578,7 @@ class Router:
         ) as exc:
             log.warning("request %s: decode stream on %s broke: %s", state.request_id, state.labels[1], _describe(exc))
             self.metrics.requests.labels(*state.labels, OUTCOME_STREAM_BROKEN).inc()
+            self._record_slo(state, judge_request(state.prompt_tokens, failure=_failure(exc)))
             upstream.close()
             try:
                 await response.write(
@@ -555,9 +592,22 @@ class Router:
             # The client went away: close the decode connection so the engine aborts the request.
             upstream.close()
             self.metrics.requests.labels(*state.labels, OUTCOME_CLIENT_GONE).inc()
+            gone = judge_request(
+                state.prompt_tokens,
+                ttft_s=None if first else first_at - state.started,
+                abandoned_after_s=time.perf_counter() - state.started,
+            )
+            self._record_slo(state, gone)
             return response
         await response.write_eof()
         self._observe_done(state, t0, ttft=first)
+        if first:  # an empty stream: its end is its first token
+            first_at = last_at = time.perf_counter()
+        n = tokens.tokens
+        done = judge_request(
+            state.prompt_tokens, ttft_s=first_at - state.started, output_tokens=n, decode_s=last_at - first_at
+        )
+        self._record_slo(state, done)
         return response
 
     # --- bookkeeping ---------------------------------------------------------------------------------
@@ -573,11 +623,41 @@ class Router:
         self.metrics.leg.labels(*state.labels, LEG_DECODE).observe(now - decode_started)
         self.metrics.requests.labels(*state.labels, OUTCOME_OK).inc()
 
+    def _record_slo(self, state: _Request, results: Mapping[str, str]) -> None:
+        self.metrics.record_slo(state.labels[0], state.labels[2], results)
+
+    def _judge_whole(self, state: _Request, payload: bytes) -> None:
+        """SLO results of a whole (not streamed) answer. Its first token is not seen by the client before the
+        end, so TTFT is the prefill leg's answer (the first token exists then; only the KV transfer and one
+        decode step are left) and TPOT the decode time after it over ``usage.completion_tokens`` − 1 (slightly
+        high: it includes the transfer). Without a usage count, TPOT is not judged."""
+        now = time.perf_counter()
+        first = state.prefill_done if state.prefill_done is not None else now
+        try:
+            output = usage_count(json.loads(payload), "completion_tokens")
+        except ValueError:
+            output = None
+        results = judge_request(
+            state.prompt_tokens, ttft_s=first - state.started, output_tokens=output or 0, decode_s=now - first
+        )
+        if output is None:
+            results.pop(SLO_TPOT, None)
+        self._record_slo(state, results)
+
     def _finish_error(
-        self, state: _Request, outcome: str, message: str, status: int, code: str | None = None
+        self,
+        state: _Request,
+        outcome: str,
+        message: str,
+        status: int,
+        code: str | None = None,
+        *,
+        failure: str = RESULT_ERROR,
     ) -> web.Response:
+        """Answer the client with an error the pool caused: counted as the request's outcome and SLO result."""
         log.warning("request %s on %s: %s", state.request_id, state.labels[1], message)
         self.metrics.requests.labels(*state.labels, outcome).inc()
+        self._record_slo(state, judge_request(state.prompt_tokens, failure=failure))
         return errors.error_response(message, status=status, code=code, headers=self._headers(state))
 
     def _relay_error(
@@ -596,6 +676,11 @@ class Router:
 
 def _serves(table: RoutingTable, model: str | None) -> bool:
     return table.served_model_name is None or model is None or table.served_model_name == model
+
+
+def _failure(exc: BaseException) -> str:
+    """The SLO result of a leg's exception: a timeout, or an error."""
+    return RESULT_TIMEOUT if isinstance(exc, TimeoutError) else RESULT_ERROR
 
 
 def _describe(exc: BaseException) -> str:

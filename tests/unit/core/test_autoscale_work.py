@@ -3,6 +3,7 @@ scale-down bounded by the lead time, no data holds, bounds and step limits as fo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from tandem.core.autoscale import (
     REASON_SCALE_DOWN_WORK,
     REASON_SCALE_UP_AHEAD,
     REASON_SCALE_UP_WORK,
+    SIGNAL_MODEL,
+    SIGNAL_ROUTER,
     AutoscaleDecision,
     AutoscalePolicy,
     AutoscaleState,
@@ -147,3 +150,87 @@ def test_work_plan_never_sits_at_max_pairs_when_the_model_needs_less(rate: float
     if needed < 40:
         assert decision.reason != REASON_AT_MAX_PAIRS
     assert 1 <= decision.desired_pairs <= 40
+
+
+def with_router(
+    snap: MetricsSnapshot, ttft: float | None, tpot: float | None, unserved: float | None = None
+) -> MetricsSnapshot:
+    pool = replace(snap.pool, ttft_attainment=ttft, tpot_attainment=tpot, unserved_share=unserved)
+    return replace(snap, pool=pool)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "tpot", "unserved", "waiting", "want_prefill", "want_decode", "want_signal"),
+    [
+        pytest.param(None, None, None, 0.0, 1.0, 1.0, SIGNAL_MODEL, id="no router series: model alone, unchanged"),
+        pytest.param(1.0, 1.0, 0.0, 0.0, 1.0, 1.0, SIGNAL_ROUTER, id="router at target: no correction"),
+        pytest.param(0.95, 1.0, 0.0, 2.0, 1.08, 1.0, SIGNAL_ROUTER, id="TTFT short while prefill queues: raised"),
+        pytest.param(
+            0.95, 1.0, 0.05, 0.0, 1.08, 1.0, SIGNAL_ROUTER, id="TTFT short from rejects the engines never queued"
+        ),
+        pytest.param(0.95, 1.0, 0.0, 0.0, 1.0, 1.0, SIGNAL_ROUTER, id="TTFT short with no queue: service time, kept"),
+        pytest.param(1.0, 0.90, 0.0, 0.0, 1.0, 1.1, SIGNAL_ROUTER, id="TPOT short: decode raised, step capped"),
+        pytest.param(None, 0.90, None, 0.0, 1.0, 1.1, SIGNAL_ROUTER, id="one SLO answered is the router's signal"),
+    ],
+)
+def test_work_plan_corrects_on_router_attainment(
+    ttft: float | None,
+    tpot: float | None,
+    unserved: float | None,
+    waiting: float,
+    want_prefill: float,
+    want_decode: float,
+    want_signal: str,
+) -> None:
+    policy = AutoscalePolicy.from_spec(spec())
+    snap = with_router(snapshot(4.0, 4, waiting=waiting), ttft, tpot, unserved)
+    decision, state = run(policy, 4, snap, WARM, 0.0)
+    assert state.work is not None
+    assert state.work.prefill_correction == pytest.approx(want_prefill)
+    assert state.work.decode_correction == pytest.approx(want_decode)
+    assert decision.metrics["signal"] == want_signal
+    assert want_signal in decision.message
+
+
+def test_work_plan_rejects_raise_the_pairs_the_engines_alone_would_not() -> None:
+    """Overload the admission cap turned into rejects: the engines show no queue, the router's attainment
+    does, and the pool grows within a few evaluations where the model alone would hold."""
+    policy = AutoscalePolicy.from_spec(spec())
+    model_only = router = WARM
+    cur_model = cur_router = 4
+    for i in range(10):
+        d1, model_only = run(policy, cur_model, snapshot(4.0, cur_model), model_only, i * 30.0)
+        snap = with_router(snapshot(4.0, cur_router), 0.90, 0.90, 0.10)
+        d2, router = run(policy, cur_router, snap, router, i * 30.0)
+        cur_model, cur_router = d1.desired_pairs, d2.desired_pairs
+    assert cur_model == 4
+    assert cur_router > 4
+
+
+@pytest.mark.parametrize(
+    ("measured", "want_first_down_after"),
+    [
+        pytest.param(None, 600.0, id="declared 600 s: the peak is kept 600 s"),
+        pytest.param(120.0, 120.0, id="measured 120 s: the peak is kept 120 s, not 600 s"),
+        pytest.param(900.0, 600.0, id="measured 900 s is bounded by the declared 600 s"),
+    ],
+)
+def test_work_plan_scale_down_follows_the_measured_load_time(
+    measured: float | None, want_first_down_after: float
+) -> None:
+    policy = AutoscalePolicy.from_spec(spec(load_time="600s"))
+
+    def step(cur: int, rate: float, state: AutoscaleState, t: float) -> tuple[AutoscaleDecision, AutoscaleState]:
+        context = ScaleContext(current_pairs=cur, ready_pairs=cur, measured_load_s=measured)
+        return compute_desired_pairs(policy, context, snapshot(rate, cur), state, t)
+
+    decision, state = step(7, 10.0, WARM, 0.0)
+    cur, t, downs = 7, 0.0, []
+    while t < 1500.0:
+        t += 30.0
+        decision, state = step(cur, 1.0, state, t)
+        if decision.reason == REASON_SCALE_DOWN_WORK:
+            downs.append(t)
+        cur = decision.desired_pairs
+    assert downs
+    assert want_first_down_after < min(downs) <= want_first_down_after + 60.0

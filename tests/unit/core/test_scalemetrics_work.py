@@ -73,3 +73,58 @@ def test_build_snapshot_reads_work(
         assert demand is not None
         assert demand.request_rate == want_rate
         assert demand.uncached_tokens_per_s == pytest.approx(16_000)
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [
+        pytest.param(
+            sm.TTFT_ATTAINMENT,
+            '(sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft",result=~"met"}[60s])) '
+            "or vector(0)) / "
+            'sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft"}[60s]))',
+            id="ttft attainment: met over every result (rejects, timeouts and errors are misses)",
+        ),
+        pytest.param(
+            sm.TPOT_ATTAINMENT,
+            '(sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="tpot",result=~"met"}[60s])) '
+            "or vector(0)) / "
+            'sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="tpot"}[60s]))',
+            id="tpot attainment",
+        ),
+        pytest.param(
+            sm.UNSERVED_SHARE,
+            '(sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft",result=~"rejected|timeout"}'
+            "[60s])) or vector(0)) / "
+            'sum(rate(tandem_router_slo_requests_total{pool="ml/speed",slo="ttft"}[60s]))',
+            id="unserved share: rejected or timed out",
+        ),
+    ],
+)
+def test_router_slo_queries_read_the_router_counter(key: str, want: str) -> None:
+    query = sm.work_queries("ml", "speed", "60s")[key]
+    assert query == want
+    assert freshness_of(sm.freshness_queries({key: query})[key]) is not None
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [
+        pytest.param({}, (None, None, None), id="no router scraped: all missing"),
+        pytest.param(
+            {sm.TTFT_ATTAINMENT: "0.97", sm.TPOT_ATTAINMENT: "0.99", sm.UNSERVED_SHARE: "0.02"},
+            (0.97, 0.99, 0.02),
+            id="router answers",
+        ),
+        pytest.param(
+            {sm.TTFT_ATTAINMENT: "NaN", sm.TPOT_ATTAINMENT: "NaN", sm.UNSERVED_SHARE: "NaN"},
+            (None, None, None),
+            id="no request judged in the window (0/0): missing",
+        ),
+    ],
+)
+def test_build_snapshot_reads_router_attainment(
+    values: dict[str, str], want: tuple[float | None, float | None, float | None]
+) -> None:
+    snap = sm.build_snapshot({k: scalar(v) for k, v in values.items()}, SERVING)
+    assert (snap.pool.ttft_attainment, snap.pool.tpot_attainment, snap.pool.unserved_share) == want
