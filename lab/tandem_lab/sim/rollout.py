@@ -7,14 +7,13 @@ revision) and the statistical floor of benchmarks.md §7.
 
 **Tandem** (:class:`TandemRollout`) does what ``tandem.reconcile.pool`` and ``tandem.core.plan`` do
 each pass, with the pure pieces imported unchanged: ``analysis_request`` (is an evaluation due, which
-gates), ``tandem.core.gaterun.gate_queries`` and ``judge`` on the answers with
-``SampleWindow.for_analysis`` (as ``tandem.adapters.prometheus.evaluate_metric_gates``, which sends the same
-queries to Prometheus),
+gates), ``tandem.core.gaterun.gate_queries`` and ``judge`` on the answers with ``SampleWindow.for_analysis``
+(as ``tandem.adapters.prometheus.evaluate_metric_gates``, which sends the same queries to Prometheus),
 ``fold_analysis`` (``tandem.core.analysis.evaluate_step``, with the cold-cache warm-up), ``plan_rollout`` with
 per-revision pair counts and the surge room (``core.rollout.surge_room``; the simulated cluster has free GPUs,
 so ``maxSurge`` decides), then the pair targets are converged (``tandem.core.converge.next_moves``, the
-decision ``core.plan`` runs, applied by :meth:`Simulation.converge_revisions`) and the canary's traffic share is ``core.plan.canary_share``, the function
-``build_table`` calls.
+decision ``core.plan`` runs, applied by :meth:`Simulation.converge_revisions`) and the canary's traffic
+share is ``core.plan.canary_share``, the function ``build_table`` calls.
 The rollout status persists between passes as the operator's ``status.rollout`` does. Passes run every
 ``policies.reconcile_s`` (the operator reconciles on events and on ``requeue_after``).
 
