@@ -18,6 +18,8 @@ The rules, in order:
    (Pending, so a cluster autoscaler can react) and `InsufficientGPU` is reported; excess pairs are
    removed not-Ready first (deleted at once) then Ready (marked draining, highest index first), and a
    Ready pair is drained only while the Ready pairs left stay ≥ `replicas − maxUnavailable` (INV-1).
+   How many of each is `tandem.core.converge.next_moves` (the simulator runs it too); this module picks
+   the pairs (by index) and the nodes (`tandem.core.placement`).
 5. The routing table lists every pair in ring order: `serving` only while all instances are Ready
    (INV-6), `warming` before, `draining` after; pair weights give the canary its share, capped by its
    Ready share.
