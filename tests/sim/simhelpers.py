@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,3 +97,17 @@ def tiny_workload(
         blocks=np.asarray(flat, dtype=np.int64),
         duration_s=float(max(arrivals)) + 600.0,
     )
+
+
+def spy_on(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Any]:
+    """Replace ``module.name`` by a pass-through that records each return value (which core function ran)."""
+    calls: list[Any] = []
+    real: Callable[..., Any] = getattr(module, name)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(module, name, spy)
+    return calls

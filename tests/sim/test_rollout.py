@@ -11,7 +11,7 @@ import pytest
 from tandem.api.pool import MetricGate
 from tandem.core.promql import template_sample_queries
 from tandem.routing import PairState
-from tandem_lab.sim import rollout
+from tandem_lab.sim import engine, rollout
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.engine import LOADING, Revision, SimOptions, Simulation
 from tandem_lab.sim.metrics import RevisionSeries, Scrape, ScrapeStore
@@ -19,7 +19,7 @@ from tandem_lab.sim.physics import Roofline
 from tandem_lab.sim.policies.base import FleetTarget
 from tandem_lab.sim.profile import FixedFleet
 from tandem_lab.sim.scenarios import ScenarioConfig
-from tests.sim.simhelpers import tiny_workload
+from tests.sim.simhelpers import spy_on, tiny_workload
 
 pytestmark = pytest.mark.unit
 
@@ -163,6 +163,15 @@ def test_converge_brings_the_canary_up_before_the_stable_pair_drains() -> None:
     _make_ready(sim, "r2")
     sim.converge_revisions({"r1": 2, "r2": 1}, replicas=3, max_surge=1, max_unavailable=0)
     assert sim.revision_counts() == {"r1": (2, 2), "r2": (1, 1)}
+
+
+def test_converge_applies_the_operators_next_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator converges with ``tandem.core.converge.next_moves`` (the decision ``core.plan`` runs)."""
+    calls = spy_on(monkeypatch, engine, "next_moves")
+    sim = _sim(3)
+    sim.converge_revisions({"r1": 2, "r2": 1}, replicas=3, max_surge=1, max_unavailable=0)
+    assert [m.creates for m in calls] == [(("r2", 1),)]
+    assert sim.revision_counts() == {"r1": (3, 3), "r2": (1, 0)}
 
 
 def test_canary_weight_gives_the_canary_its_share_of_keys() -> None:

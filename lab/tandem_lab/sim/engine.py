@@ -47,6 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tandem.core.capacity import ttft_budget
+from tandem.core.converge import Bounds, Moves, highest_first, next_moves
+from tandem.core.rollout import RevisionCounts
 from tandem.routing import (
     Admission,
     Outcome,
@@ -264,6 +266,10 @@ class Group:
         self.tokens = 0
         self.draining = False
         self.pair_state = PairState.WARMING
+
+
+def _group_index(g: Group) -> int:
+    return g.index
 
 
 @dataclass
@@ -528,51 +534,29 @@ class Simulation:
         return out
 
     def converge_revisions(self, targets: dict[str, int], replicas: int, max_surge: int, max_unavailable: int) -> None:
-        """Move pair groups toward per-revision ``targets`` the way ``tandem.core.plan`` converges (pairs
-        topology): excess not-Ready groups go first; new groups are created (the revision with the largest
-        target first) while live groups < ``replicas`` + ``max_surge``; excess Ready groups drain, highest
-        index first, never taking serving groups below ``replicas`` − ``max_unavailable``. Placement is
-        not modelled (the simulated cluster has room)."""
-        targets = dict(targets)
+        """Move pair groups toward per-revision ``targets``: the operator's decision,
+        ``tandem.core.converge.next_moves`` over :meth:`revision_counts`, applied by :meth:`apply_moves`."""
+        counts = {rev: RevisionCounts(live, ready) for rev, (live, ready) in self.revision_counts().items()}
+        self.apply_moves(next_moves(targets, counts, Bounds(replicas, max_surge, max_unavailable)))
+
+    def apply_moves(self, moves: Moves) -> None:
+        """Turn count-level moves into pair groups, choosing groups as ``core.plan`` chooses pairs (the
+        highest index first): a deleted not-Ready group and a drained Ready one both drain here (the
+        simulator's way out of the fleet); creates are always placed (placement is not modelled: the
+        simulated cluster has room)."""
         live = [g for g in self.groups.values() if not g.draining]
-        for g in live:
-            targets.setdefault(g.revision.name, 0)
-        serving = sum(1 for g in live if g.pair_state == PairState.SERVING)
-        floor = max(0, replicas - max_unavailable)
-        changed = False
-        for rev, target in sorted(targets.items()):
-            members = [g for g in live if g.revision.name == rev]
-            excess = len(members) - target
-            for g in sorted((g for g in members if g.pair_state != PairState.SERVING), key=lambda g: -g.index):
-                if excess <= 0:
-                    break
+        for rev, n in moves.delete_unready:
+            members = (g for g in live if g.revision.name == rev and g.pair_state != PairState.SERVING)
+            for g in highest_first(members, n, _group_index):
                 self._drain_group(g)
-                live.remove(g)
-                excess -= 1
-                changed = True
-        first = min(targets, key=lambda r: (-targets[r], r)) if targets else ""
-        total = len(live)
-        for rev, target in sorted(targets.items(), key=lambda kv: (kv[0] != first, kv[0])):
-            have = sum(1 for g in live if g.revision.name == rev)
-            while have < target and total < replicas + max_surge:
-                live.append(self._new_group(self.revisions[rev], self.shape, False))
-                have += 1
-                total += 1
-                changed = True
-        for rev, target in sorted(targets.items()):
-            members = [g for g in live if g.revision.name == rev]
-            excess = len(members) - target
-            for g in sorted(members, key=lambda g: -g.index):
-                if excess <= 0:
-                    break
-                if g.pair_state == PairState.SERVING:
-                    if serving - 1 < floor:
-                        break
-                    serving -= 1
+        for rev, n in moves.creates:
+            for _ in range(n):
+                self._new_group(self.revisions[rev], self.shape, False)
+        for rev, n in moves.drain_ready:
+            members = (g for g in live if g.revision.name == rev and g.pair_state == PairState.SERVING)
+            for g in highest_first(members, n, _group_index):
                 self._drain_group(g)
-                excess -= 1
-                changed = True
-        if changed:
+        if not moves.empty:
             self.scale_actions += 1
 
     def set_canary(self, revision: str | None, percent: int | None) -> None:

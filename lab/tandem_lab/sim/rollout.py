@@ -7,13 +7,13 @@ revision) and the statistical floor of benchmarks.md §7.
 
 **Tandem** (:class:`TandemRollout`) does what ``tandem.reconcile.pool`` and ``tandem.core.plan`` do
 each pass, with the pure pieces imported unchanged: ``analysis_request`` (is an evaluation due, which
-gates), ``tandem.core.gates.evaluate_gate`` on each gate's canary (and baseline) ``QueryResult`` with
-``SampleWindow.for_analysis`` (as ``tandem.adapters.prometheus.evaluate_metric_gates``),
+gates), ``tandem.core.gaterun.gate_queries`` and ``judge`` on the answers with ``SampleWindow.for_analysis``
+(as ``tandem.adapters.prometheus.evaluate_metric_gates``, which sends the same queries to Prometheus),
 ``fold_analysis`` (``tandem.core.analysis.evaluate_step``, with the cold-cache warm-up), ``plan_rollout`` with
 per-revision pair counts and the surge room (``core.rollout.surge_room``; the simulated cluster has free GPUs,
-so ``maxSurge`` decides), then the pair targets are converged (:meth:`Simulation.converge_revisions`, the
-rules of ``core.plan``) and the canary's traffic share is ``core.plan.canary_share``, the function
-``build_table`` calls.
+so ``maxSurge`` decides), then the pair targets are converged (``tandem.core.converge.next_moves``, the
+decision ``core.plan`` runs, applied by :meth:`Simulation.converge_revisions`) and the canary's traffic
+share is ``core.plan.canary_share``, the function ``build_table`` calls.
 The rollout status persists between passes as the operator's ``status.rollout`` does. Passes run every
 ``policies.reconcile_s`` (the operator reconciles on events and on ``requeue_after``).
 
@@ -34,7 +34,7 @@ vLLM's buckets; ``ErrorRate`` = engine errors / finished; ``LocalKVHitRatio`` = 
 0/0 → ``NaN`` and a revision without series → an empty result, so the gates' NoData rules apply as in
 production. The gates' sample queries (request counts for ``minSamples``; error counts, ``le`` buckets and
 ``_sum`` for ``compare``, ``core.promql.template_sample_queries``) are answered from the same scrapes
-(:func:`sample_results`) and judged by the same ``core.gates.evaluate_gate``. Sample timestamps are the
+(:func:`sample_results`) and judged by the same ``core.gaterun.judge``. Sample timestamps are the
 evaluation time (an instant query's). The simulator records a request's TTFT when it completes (vLLM
 does at the first token): a few seconds late for long outputs.
 
@@ -43,8 +43,8 @@ power 0.8: n = (z_α·√(p₀q₀) + z_β·√(p₁q₁))² / (p₁ − p₀)²
 p90 TPOT gate needs ≈ 10 tail events, n = 10 / (1 − 0.9) = 100. Floor = n / the canary's request rate.
 Gate (§6): rollback ≤ 2 × floor and < 0.1 % of all requests on the bad revision.
 
-Must not: re-implement any part of ``tandem.core.rollout``, ``analysis`` or ``gates`` (they are called);
-read the clock.
+Must not: re-implement any part of ``tandem.core.rollout``, ``converge``, ``analysis``, ``gaterun`` or
+``gates`` (they are called; ``tests/sim/test_one_implementation.py`` checks it); read the clock.
 """
 
 from __future__ import annotations
@@ -63,26 +63,17 @@ from tandem.api.pool_status import GateVerdict, InferencePoolStatus
 from tandem.api.quantity import parse_duration
 from tandem.api.resources import InferencePool
 from tandem.core.analysisplan import analysis_request, fold_analysis
-from tandem.core.gates import (
-    VERDICT_FAILURE,
-    VERDICT_SUCCESS,
-    SampleWindow,
-    evaluate_gate,
-    gate_samples,
-    invalid_query_verdict,
-    resolve_gate_queries,
-)
+from tandem.core.gaterun import GatePlan, gate_queries, judge
+from tandem.core.gates import VERDICT_FAILURE, VERDICT_SUCCESS, SampleWindow
 from tandem.core.plan import canary_share
 from tandem.core.promql import (
     METRIC_TTFT,
     TEMPLATE_HISTOGRAMS,
-    QueryRenderError,
     QueryResult,
     QueryStatus,
     SampleQueries,
     Series,
     compute_rate_window,
-    gate_query_text,
     parse_prom_duration,
 )
 from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
@@ -205,6 +196,28 @@ def sample_results(
     return out
 
 
+def answer_queries(
+    store: ScrapeStore, now: float, window_s: float, plan: GatePlan, canary: str, stable: str
+) -> dict[str, QueryResult]:
+    """What Prometheus would answer to the plan's data queries, from the scrapes: each gate's canary (and
+    baseline) query from its template's series, its sample queries by :func:`sample_results`. Freshness
+    queries go unanswered: a scrape is current by construction (``core.gaterun.judge`` then leaves the
+    answer as it is)."""
+    answers: dict[str, QueryResult] = {}
+    for planned in plan.gates:
+        q = planned.queries
+        if q is None:
+            continue
+        template = planned.gate.template or ""
+        answers[q.canary] = query_result(q.canary, template_value(store, now, window_s, template, canary), now)
+        if q.baseline is not None:
+            answers[q.baseline] = query_result(q.baseline, template_value(store, now, window_s, template, stable), now)
+        for revision, sample_queries in ((canary, q.canary_samples), (stable, q.stable_samples)):
+            if sample_queries is not None:
+                answers |= sample_results(store, now, window_s, template, revision, sample_queries)
+    return answers
+
+
 def evaluate_gates(
     store: ScrapeStore,
     now: float,
@@ -215,11 +228,20 @@ def evaluate_gates(
     step_started_at: datetime,
     scrape_interval_s: float,
 ) -> list[GateVerdict]:
-    """Every gate's verdict: the queries ``core.gates`` resolves, answered from the scrapes, judged by
-    ``core.gates.evaluate_gate`` with the sample answers (as ``adapters.prometheus.evaluate_metric_gates``)."""
+    """Every gate's verdict, as ``adapters.prometheus.evaluate_metric_gates`` reaches it: the queries of
+    ``core.gaterun.gate_queries``, answered from the scrapes (:func:`answer_queries`) instead of
+    Prometheus, judged by ``core.gaterun.judge``."""
     interval = compute_rate_window(parse_duration(analysis.interval), scrape_interval_s)
     window_s = parse_prom_duration(interval)
-    verdicts: list[GateVerdict] = []
+    plan = gate_queries(
+        gates,
+        namespace=NAMESPACE,
+        pool=POOL,
+        canary_revision=canary,
+        stable_revision=stable,
+        interval=interval,
+        now=at(now),
+    )
     window = SampleWindow.for_analysis(
         analysis,
         now=at(now),
@@ -227,31 +249,7 @@ def evaluate_gates(
         scrape_interval_s=scrape_interval_s,
         rate_window_s=window_s,
     )
-    for gate in gates:
-        try:
-            q = resolve_gate_queries(
-                gate,
-                namespace=NAMESPACE,
-                pool=POOL,
-                canary_revision=canary,
-                stable_revision=stable,
-                interval=interval,
-            )
-            gate_query_text(gate.template, gate.query)
-        except QueryRenderError:
-            verdicts.append(invalid_query_verdict(gate, now=at(now)))
-            continue
-        template = gate.template or ""
-        c = query_result(q.canary, template_value(store, now, window_s, template, canary), now)
-        b = None
-        if q.baseline is not None:
-            b = query_result(q.baseline, template_value(store, now, window_s, template, stable), now)
-        answers: dict[str, QueryResult] = {}
-        for revision, sample_queries in ((canary, q.canary_samples), (stable, q.stable_samples)):
-            if sample_queries is not None:
-                answers |= sample_results(store, now, window_s, template, revision, sample_queries)
-        verdicts.append(evaluate_gate(gate, c, b, window, gate_samples(q, answers)))
-    return verdicts
+    return judge(plan, answer_queries(store, now, window_s, plan, canary, stable), window)
 
 
 # --- the timeline both arms record -------------------------------------------------------------------

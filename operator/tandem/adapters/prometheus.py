@@ -2,7 +2,8 @@
 
 What it owns: sending instant queries to Prometheus and returning a pure
 :class:`~tandem.core.promql.QueryResult`; reading the Prometheus credentials; running the gates of an
-analysis step against a provider (:func:`evaluate_metric_gates`).
+analysis step against a provider (:func:`evaluate_metric_gates`: the I/O between
+``core.gaterun.gate_queries`` and ``core.gaterun.judge``).
 
 What it must not do: judge values (``core.gates`` does), log or return credentials, run a blocking
 call on the event loop, or retry on its own (the analysis retries once per interval).
@@ -52,21 +53,12 @@ from urllib3.util.retry import Retry
 
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
-from tandem.core.gates import (
-    GateQueries,
-    SampleWindow,
-    evaluate_gate,
-    gate_samples,
-    invalid_query_verdict,
-    resolve_gate_queries,
-)
+from tandem.core.gaterun import gate_queries, judge
+from tandem.core.gates import SampleWindow
 from tandem.core.promql import (
-    QueryRenderError,
     QueryResult,
     QueryStatus,
-    attach_freshness,
     format_duration,
-    freshness_query,
     parse_prom_duration,
     parse_query_response,
 )
@@ -315,33 +307,27 @@ async def evaluate_metric_gates(
 ) -> list[GateVerdict]:
     """Query every gate (canary, baseline, and the sample counts it needs) concurrently; return verdicts.
 
-    The whole pass is bounded by ``timeout_s`` (+1 s of slack): a query still running then counts as a
-    timeout (Error ``MetricsUnavailable``). A query that cannot be rendered is Error ``InvalidQuery``.
-    The sample window is taken from ``clock()`` after the answers arrive.
+    What to ask and the judgement are ``tandem.core.gaterun`` (:func:`gate_queries`, :func:`judge`, which
+    the simulator calls too); this function only sends the queries. The whole pass is bounded by
+    ``timeout_s`` (+1 s of slack): a query still running then counts as a timeout (Error
+    ``MetricsUnavailable``). A query that cannot be rendered is Error ``InvalidQuery``. The sample window
+    is taken from ``clock()`` after the answers arrive.
     """
-    planned: list[tuple[MetricGate, GateQueries] | GateVerdict] = []
-    for gate in gates:
-        try:
-            q = resolve_gate_queries(
-                gate,
-                namespace=target.namespace,
-                pool=target.pool,
-                canary_revision=target.canary_revision,
-                stable_revision=target.stable_revision,
-                interval=target.interval,
-            )
-        except QueryRenderError as exc:
-            log.warning("gate %s: query not renderable: %s", gate.name, exc)
-            planned.append(invalid_query_verdict(gate, now=clock()))
-            continue
-        planned.append((gate, q))
-
-    texts = sorted({t for p in planned if not isinstance(p, GateVerdict) for t in p[1].texts()})
+    plan = gate_queries(
+        gates,
+        namespace=target.namespace,
+        pool=target.pool,
+        canary_revision=target.canary_revision,
+        stable_revision=target.stable_revision,
+        interval=target.interval,
+        now=clock(),
+    )
+    for p in plan.gates:
+        if p.invalid is not None:
+            log.warning("gate %s: query not renderable: %s", p.gate.name, p.error)
     # Each query goes with its freshness query (core.promql.freshness_query), concurrently: the answer's
     # own timestamp is the evaluation time, so only the freshness query can say a series went stale.
-    fresh = {t: f for t in texts if (f := freshness_query(t)) is not None}
-    asked = [*texts, *fresh.values()]
-    tasks = {q: asyncio.ensure_future(provider.aquery(q, timeout_s=target.timeout_s)) for q in asked}
+    tasks = {q: asyncio.ensure_future(provider.aquery(q, timeout_s=target.timeout_s)) for q in plan.asked()}
     answers: dict[str, QueryResult] = {}
     if tasks:
         done, pending = await asyncio.wait(tasks.values(), timeout=target.timeout_s + 1.0)
@@ -352,7 +338,6 @@ async def evaluate_metric_gates(
                 task.cancel()
                 error = "no answer within the analysis timeout" if task in pending else repr(task.exception())
                 answers[text] = QueryResult(QueryStatus.TIMEOUT, query=text, error=error[:512])
-    results = {t: attach_freshness(answers[t], answers[fresh[t]] if t in fresh else None) for t in texts}
 
     try:
         rate_window_s = parse_prom_duration(target.interval)
@@ -365,15 +350,7 @@ async def evaluate_metric_gates(
         scrape_interval_s=scrape_interval_s,
         rate_window_s=rate_window_s,
     )
-    verdicts: list[GateVerdict] = []
-    for p in planned:
-        if isinstance(p, GateVerdict):
-            verdicts.append(p)
-            continue
-        gate, q = p
-        baseline = results[q.baseline] if q.baseline else None
-        verdicts.append(evaluate_gate(gate, results[q.canary], baseline, window, gate_samples(q, results)))
-    return verdicts
+    return judge(plan, answers, window)
 
 
 __all__ = [

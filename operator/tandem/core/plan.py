@@ -18,6 +18,8 @@ The rules, in order:
    (Pending, so a cluster autoscaler can react) and `InsufficientGPU` is reported; excess pairs are
    removed not-Ready first (deleted at once) then Ready (marked draining, highest index first), and a
    Ready pair is drained only while the Ready pairs left stay ≥ `replicas − maxUnavailable` (INV-1).
+   How many of each is `tandem.core.converge.next_moves` (the simulator runs it too); this module picks
+   the pairs (by index) and the nodes (`tandem.core.placement`).
 5. The routing table lists every pair in ring order: `serving` only while all instances are Ready
    (INV-6), `warming` before, `draining` after; pair weights give the canary its share, capped by its
    Ready share.
@@ -70,6 +72,7 @@ from tandem.core.autoscale import (
     compute_role_ratio,
     equivalent_pairs,
 )
+from tandem.core.converge import Bounds, highest_first, next_moves
 from tandem.core.drains import DRAIN_POLL_SECONDS, streams_closed
 from tandem.core.integrity import (
     CONDITION_HOLD,
@@ -519,6 +522,10 @@ def _revision_counts(pairs: list[PairView]) -> dict[str, RevisionCounts]:
     return counts
 
 
+def _index(pair: PairView) -> int:
+    return pair.index
+
+
 def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision) -> EvalJobRequest | None:
     """The current step's eval Job when the step asks for one and it does not exist yet."""
     spec = snapshot.pool.spec
@@ -597,9 +604,7 @@ class _PairActions:
         self.recreated: set[str] = set()
         self.drain_timeout = parse_duration(spec.pairs.drain_timeout)
         self.orphan_timeout = parse_duration(spec.pairs.orphan_timeout)
-        self.replicas = spec.pairs.replicas
-        self.max_surge = spec.rollout.max_surge
-        self.floor = max(0, self.replicas - spec.rollout.max_unavailable)
+        self.bounds = Bounds(spec.pairs.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
         placement = spec.placement
         domains = [
             domain_of(n, placement.spread_topology_key)
@@ -686,6 +691,8 @@ class _PairActions:
 
     # -- step 4: converge revisions toward their targets
     def converge(self) -> None:
+        """Step 4: :func:`tandem.core.converge.next_moves` decides the counts; here they become pods (which
+        pairs by index, which nodes by placement)."""
         live = {p.index: p for p in self.pairs if p.live and p.index not in self.deleted_pairs}
         by_rev: dict[str, list[PairView]] = {}
         for pair in live.values():
@@ -693,26 +700,20 @@ class _PairActions:
         # Revisions that are not targeted at all (old canaries, unknown) go to zero.
         for rev in by_rev:
             self.targets.setdefault(rev, 0)
-        ready_total = sum(1 for p in live.values() if p.ready)
+        moves = next_moves(self.targets, _revision_counts(list(live.values())), self.bounds)
         # 4a. excess not-Ready pairs go first: they carry no traffic.
-        for rev, target in sorted(self.targets.items()):
-            members = by_rev.get(rev, [])
-            excess = len(members) - target
-            for pair in sorted((p for p in members if not p.ready), key=lambda p: -p.index):
-                if excess <= 0:
-                    break
+        for rev, n in moves.delete_unready:
+            for pair in highest_first((p for p in by_rev[rev] if not p.ready), n, _index):
                 self._delete_pair(pair, "scale down (not ready)")
                 live.pop(pair.index, None)
-                excess -= 1
-        # 4b. create toward the targets, within replicas + maxSurge live pairs
+        # 4b. create toward the targets, within replicas + maxSurge live pairs; a create placement refuses
+        # leaves its room to the next revision.
         pending_pairs = sum(1 for p in live.values() if p.pending)
-        total_live = len(live)
-        for rev, target in sorted(self.targets.items(), key=lambda kv: (kv[0] != self._first_rev(), kv[0])):
-            have = sum(1 for p in live.values() if p.revision == rev) + sum(
-                1 for r in self.new_pairs.values() if r == rev
-            )
+        room = moves.create_room
+        for rev, wanted in moves.wanted:
             spec = self.revisions.get(rev)
-            while have < target and total_live < self.replicas + self.max_surge:
+            made = 0
+            while made < wanted and room > 0:
                 if spec is None:
                     self.missing_snapshot.add(rev)
                     break
@@ -726,8 +727,8 @@ class _PairActions:
                     self.waiting_for_drain = True
                     break
                 if nodes is None:
-                    if pending_pairs >= self.max_surge:
-                        self.insufficient_gpu += target - have
+                    if pending_pairs >= self.bounds.max_surge:
+                        self.insufficient_gpu += wanted - made
                         break
                     pending_pairs += 1
                     self.insufficient_gpu += 1
@@ -741,8 +742,8 @@ class _PairActions:
                 for (role, i), node in zip(slots, nodes_opt, strict=True):
                     self.creates.append(CreatePod(index, role, i, rev, node))  # type: ignore[arg-type]
                 self.new_pairs[index] = rev
-                have += 1
-                total_live += 1
+                made += 1
+                room -= 1
         created = Counter(self.new_pairs.values())
         for rev, n in sorted(created.items()):
             version = self.revisions[rev].stack.version
@@ -751,22 +752,11 @@ class _PairActions:
             )
         # 4c. excess Ready pairs drain, highest index first, never below the floor.
         drained = 0
-        for rev, target in sorted(self.targets.items()):
-            members = [p for p in live.values() if p.revision == rev and p.index not in self.deleted_pairs]
-            excess = len(members) - target
-            for pair in sorted(members, key=lambda p: -p.index):
-                if excess <= 0:
-                    break
-                if pair.ready:
-                    if ready_total - 1 < self.floor:
-                        break
-                    ready_total -= 1
-                    self.new_drains[pair.index] = self.now
-                    self.next_wake.append(self.drain_timeout)
-                    drained += 1
-                else:
-                    self._delete_pair(pair, "scale down (not ready)")
-                excess -= 1
+        for rev, n in moves.drain_ready:
+            for pair in highest_first((p for p in by_rev[rev] if p.index in live and p.ready), n, _index):
+                self.new_drains[pair.index] = self.now
+                self.next_wake.append(self.drain_timeout)
+                drained += 1
         if drained:
             self.events.append(
                 Event(
@@ -801,10 +791,6 @@ class _PairActions:
             for pod in pair.pods
             if pod.holds_gpus
         )
-
-    def _first_rev(self) -> str:
-        """Create the stable revision's pairs before the canary's when both are short (rollback)."""
-        return min(self.targets, key=lambda r: (-self.targets[r], r)) if self.targets else ""
 
     def _free_index(self) -> int:
         index = 0

@@ -1,0 +1,127 @@
+"""Running an analysis step's metric gates, minus the I/O: what to ask, then a judgement over the answers.
+
+What it owns, all pure:
+- :func:`gate_queries`: for each gate, the rendered queries (canary, baseline, and the sample counts it
+  needs, ``core.gates.resolve_gate_queries``) or, when a query cannot be rendered, its Error
+  ``InvalidQuery`` verdict; and, for the whole pass, every query text to send once, each with the
+  freshness query that says how old its inputs are (``core.promql.freshness_query``);
+- :func:`judge`: the gates' verdicts (``core.gates.evaluate_gate``) from the answers by query text, the
+  freshness answers attached, in the order of the gates.
+
+Between the two the caller asks: ``tandem.adapters.prometheus.evaluate_metric_gates`` sends the queries
+to Prometheus concurrently under the analysis timeout; the simulator answers the same query objects from
+its scrapes. Both call these functions, so a benchmark judges canaries with the operator's code.
+
+An answer may be missing: a data query without an answer counts as a timeout (Error
+``MetricsUnavailable``, never a silent pass); a freshness query without an answer leaves its data
+answer as it is (a source whose answers are current by construction, like the simulator, need not
+answer them).
+
+Must not: send a query, read the clock, or log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from tandem.api.pool import MetricGate
+from tandem.api.pool_status import GateVerdict
+from tandem.core.gates import (
+    GateQueries,
+    SampleWindow,
+    evaluate_gate,
+    gate_samples,
+    invalid_query_verdict,
+    resolve_gate_queries,
+)
+from tandem.core.promql import QueryRenderError, QueryResult, QueryStatus, attach_freshness, freshness_query
+
+UNANSWERED_ERROR = "no answer to this query"
+"""The error of a data query the caller did not answer (judged as a timeout)."""
+
+
+@dataclass(frozen=True)
+class PlannedGate:
+    """One gate of the pass: its queries, or why it has none (then :attr:`invalid` is its verdict)."""
+
+    gate: MetricGate
+    queries: GateQueries | None = None
+    invalid: GateVerdict | None = None
+    error: str = ""
+    """Why the query could not be rendered (for the caller's log)."""
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """What one analysis pass asks: the gates in order, and the query texts to send."""
+
+    gates: tuple[PlannedGate, ...]
+
+    def texts(self) -> tuple[str, ...]:
+        """Every data query of the renderable gates, each once, sorted."""
+        return tuple(sorted({t for p in self.gates if p.queries is not None for t in p.queries.texts()}))
+
+    def freshness(self) -> dict[str, str]:
+        """Data query text → its freshness query (a query without a selector has none)."""
+        return {t: f for t in self.texts() if (f := freshness_query(t)) is not None}
+
+    def asked(self) -> tuple[str, ...]:
+        """Everything to send: the data queries, then their freshness queries."""
+        return (*self.texts(), *self.freshness().values())
+
+
+def gate_queries(
+    gates: Sequence[MetricGate],
+    *,
+    namespace: str,
+    pool: str,
+    canary_revision: str,
+    stable_revision: str | None,
+    interval: str,
+    now: datetime,
+) -> GatePlan:
+    """The queries of every gate for this pass (``interval`` is the rendered ``${interval}``); a gate whose
+    query cannot be rendered gets its Error ``InvalidQuery`` verdict stamped ``now`` instead."""
+    planned: list[PlannedGate] = []
+    for gate in gates:
+        try:
+            q = resolve_gate_queries(
+                gate,
+                namespace=namespace,
+                pool=pool,
+                canary_revision=canary_revision,
+                stable_revision=stable_revision,
+                interval=interval,
+            )
+        except QueryRenderError as exc:
+            planned.append(PlannedGate(gate, invalid=invalid_query_verdict(gate, now=now), error=str(exc)))
+            continue
+        planned.append(PlannedGate(gate, queries=q))
+    return GatePlan(tuple(planned))
+
+
+def judge(plan: GatePlan, answers: Mapping[str, QueryResult], window: SampleWindow) -> list[GateVerdict]:
+    """Every gate's verdict, in the plan's order, from ``answers`` by query text (module docstring: a
+    missing data answer is a timeout, a missing freshness answer changes nothing)."""
+    fresh = plan.freshness()
+
+    def answer(text: str) -> QueryResult:
+        data = answers.get(text) or QueryResult(QueryStatus.TIMEOUT, query=text, error=UNANSWERED_ERROR)
+        return attach_freshness(data, answers.get(fresh[text]) if text in fresh else None)
+
+    results = {t: answer(t) for t in plan.texts()}
+    verdicts: list[GateVerdict] = []
+    for p in plan.gates:
+        if p.queries is None:
+            assert p.invalid is not None
+            verdicts.append(p.invalid)
+            continue
+        q = p.queries
+        baseline = results[q.baseline] if q.baseline else None
+        verdicts.append(evaluate_gate(p.gate, results[q.canary], baseline, window, gate_samples(q, results)))
+    return verdicts
+
+
+__all__ = ["UNANSWERED_ERROR", "GatePlan", "PlannedGate", "gate_queries", "judge"]
