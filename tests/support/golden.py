@@ -66,9 +66,7 @@ _Dumper.add_representer(str, _str)
 def render(objects: Iterable[Mapping[str, Any]]) -> str:
     """Canonical multi-document YAML of the scrubbed objects."""
     docs = [scrub(o) for o in objects]
-    return yaml.dump_all(
-        docs, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=120, explicit_start=True
-    )
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=120, explicit_start=True)
 
 
 def updating() -> bool:
