@@ -38,6 +38,7 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PODS = kmock.resource("", "v1", "pods")
 NODES = kmock.resource("", "v1", "nodes")
 POOLS = kmock.resource("tandem.dev", "v1alpha1", "inferencepools")
+CONFIGMAPS = kmock.resource("", "v1", "configmaps")
 
 
 def gpu_node(index: int) -> dict[str, Any]:
@@ -174,3 +175,20 @@ async def test_second_pass_on_unchanged_state_writes_nothing(emulator: ApplyingE
     assert not result.error, result.error
     assert writes(emulator, before) == []
     assert len(engine_pods(emulator)) == 4
+
+
+async def test_foreign_edit_of_the_routing_table_is_restored_once(emulator: ApplyingEmulator, kube: RealKube) -> None:
+    """CC-02 at the wire: a foreign writer's edit to the published table is re-applied, then quiet again."""
+    seed(emulator, pairs=1, nodes=1)
+    for _ in range(3):  # create, catch up, settle
+        await reconcile_pool(kube, NAMESPACE, POOL, clock=fixed_clock)
+    key = (CONFIGMAPS, NAMESPACE, f"{POOL}-routing")
+    published = dict(emulator.objects[key].raw["data"])
+    emulator.objects[key].patch({"data": {"routing.json": "{}"}})
+    before = len(list(emulator))
+    await reconcile_pool(kube, NAMESPACE, POOL, clock=fixed_clock)
+    assert writes(emulator, before) == [f"PATCH /api/v1/namespaces/{NAMESPACE}/configmaps/{POOL}-routing"]
+    assert emulator.objects[key].raw["data"] == published
+    before = len(list(emulator))
+    await reconcile_pool(kube, NAMESPACE, POOL, clock=fixed_clock)
+    assert writes(emulator, before) == []
