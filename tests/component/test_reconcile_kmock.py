@@ -29,8 +29,6 @@ from tandem.core.reasons import REASON_PAIRS_CREATED
 from tandem.reconcile.pool import reconcile_pool
 from tests.support.factories import T0, make_pool
 
-pytestmark = pytest.mark.component
-
 NAMESPACE = "ns"
 POOL = "speed"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
