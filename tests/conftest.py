@@ -7,13 +7,19 @@ well (a unit test that also serves a component socket) adds that marker on itsel
 
 A test file in a directory that has no tier fails the collection, so a new directory cannot ship
 untiered tests.
+
+Also here, as the suite's one command-line option: ``--update-golden`` rewrites golden files instead of
+comparing them (the same as ``TANDEM_UPDATE_GOLDEN=1``, tests/support/golden.py).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from tests.support.golden import UPDATE_ENV
 
 TESTS = Path(__file__).resolve().parent
 
@@ -30,6 +36,20 @@ TIERS: dict[str, str] = {
     "realengine": "realengine",
 }
 """Top-level directory under tests/ -> tier marker."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help=f"rewrite golden files instead of comparing them (same as {UPDATE_ENV}=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The environment, not a fixture: golden modules read it at import (tests/cluster/test_chart.py).
+    if config.getoption("--update-golden", default=False):
+        os.environ[UPDATE_ENV] = "1"
 
 
 def tier_of(path: Path) -> str | None:

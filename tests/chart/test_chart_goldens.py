@@ -3,7 +3,7 @@
 What the chart installs besides the CRDs (those are compared with crds/ by the CRD tests): the operator
 Deployment, its ServiceAccount and RBAC, the admission policies, NetworkPolicies, the router and the
 monitoring objects, in Helm's own output order. A golden diff in review shows what a chart change does
-to a cluster; regenerate on purpose with ``TANDEM_UPDATE_GOLDEN=1`` (tests/support/golden.py).
+to a cluster; regenerate on purpose with ``pytest --update-golden`` (tests/support/golden.py).
 
 Offline ``helm template`` with the pinned Helm and ``--kube-version``: ``lookup`` returns nothing and
 the chart calls no clock or random function, so the render is deterministic.

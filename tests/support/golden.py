@@ -1,9 +1,10 @@
 """Golden files: compare rendered Kubernetes objects with committed YAML, or rewrite it on purpose.
 
 What it owns: the one comparison every golden test uses (builder output, chart renders), its update
-switch and its failure message. ``TANDEM_UPDATE_GOLDEN=1`` rewrites the files instead of comparing (the
-same switch as the RBAC goldens in tests/cluster/test_chart.py); review the diff and commit it with the
-change that caused it. A missing golden fails once and is written, so a new case cannot pass unseen.
+switch and its failure message. ``TANDEM_UPDATE_GOLDEN=1`` (or ``pytest --update-golden``) rewrites the
+files instead of comparing (the same switch as the RBAC goldens in tests/cluster/test_chart.py); review
+the diff and commit it with the change that caused it. A missing golden fails once and is written, so a
+new case cannot pass unseen.
 
 Invariants: the rendering is canonical (block YAML, keys sorted, documents in the caller's order), so a
 file changes only when an object does. Volatile fields are removed by exact path (``VOLATILE``) before

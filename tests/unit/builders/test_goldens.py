@@ -5,7 +5,7 @@ One file per example, the objects in a fixed order: for a pool, the prefill and 
 snapshot ConfigMap, the routing ConfigMap after the first planning pass, and the eval Job when the
 example has an eval gate; for a MooncakeCache, the first pass's component pods (built by the cache
 reconcile's own builder dispatch), the Services and the client ConfigMap. Regenerate on purpose with
-``TANDEM_UPDATE_GOLDEN=1`` (tests/support/golden.py).
+``pytest --update-golden`` (tests/support/golden.py).
 
 The clock, uids and node names are fixed here, so every field is deterministic and nothing is skipped
 but what the API server would set.
