@@ -35,8 +35,6 @@ from tests.chart.chartlib import (
     render,
 )
 
-pytestmark = pytest.mark.contract
-
 PROMTOOL = Path("/usr/bin/promtool")
 CAMEL_TO_SNAKE = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
 

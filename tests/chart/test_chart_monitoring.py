@@ -9,12 +9,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.chart.chartlib import CHART, FULL_VALUES, MINIMAL_VALUES, of_kind, one, render
-
-pytestmark = pytest.mark.contract
 
 PROMTOOL = Path("/usr/bin/promtool")
 METRIC_ROW = re.compile(r"^\| `(tandem_[a-z_]+)` \|", re.MULTILINE)

@@ -26,8 +26,6 @@ from tests.chart.chartlib import FULL_VALUES, RELEASE_NAMESPACE, Obj, of_kind, o
 from tests.support.factories import make_pool
 from tests.support.netpol import Endpoint, allowed, isolating
 
-pytestmark = pytest.mark.contract
-
 SERVED = "speed"
 CACHE_NS = "mooncake"
 IMAGE = "docker.io/vllm/vllm-openai@sha256:" + "a" * 64

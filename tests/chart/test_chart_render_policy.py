@@ -32,8 +32,6 @@ from tests.chart.chartlib import (
     render,
 )
 
-pytestmark = pytest.mark.contract
-
 CI_IDS = [p.stem for p in CI_VALUES]
 DIGEST_IMAGE = re.compile(r"^[^@\s]+@sha256:[a-f0-9]{64}$")
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -28,8 +28,6 @@ from tests.chart.chartlib import (
     render,
 )
 
-pytestmark = pytest.mark.contract
-
 ROUTER = "tandem-router"
 ROUTER_SA = "tandem-router"
 OPERATOR_SA = "tandem"

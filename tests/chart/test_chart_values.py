@@ -18,8 +18,6 @@ import yaml
 from tests.chart.chartlib import CHART, CI_VALUES, KUBE_VERSION, MINIMAL_VALUES, HelmError, annotation_line, render_text
 from tests.chart.chartlib import run_helm as helm
 
-pytestmark = pytest.mark.contract
-
 BAD_VALUES = sorted((Path(__file__).parent / "bad_values").glob("*.yaml"))
 
 

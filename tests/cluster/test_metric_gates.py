@@ -28,7 +28,6 @@ from tandem_lab.dev.prometheus import PrometheusServer, free_port
 if TYPE_CHECKING:
     from conftest import ScrapeTarget
 
-pytestmark = pytest.mark.cluster
 
 POOL = "speed"
 STABLE, GOOD, SLOW, ERRORS, IDLE, HIDDEN = "stable1", "good2", "slow3", "errors4", "idle5", "hidden6"

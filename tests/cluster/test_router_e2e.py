@@ -30,8 +30,6 @@ from tandem_lab.dev.kube import Kubectl
 from tests.support.dataplane import ROUTER_SERVICE, LoopbackDoubles, RouterProcess, router_endpoint_slice
 from tests.support.tandem_cluster import REPO, GpuNodes, OperatorProcess, wait_until
 
-pytestmark = pytest.mark.cluster
-
 POOL = "speed"
 IMAGE = "docker.io/vllm/vllm-openai-rocm:{tag}@sha256:" + "cd" * 32
 DRAIN_TIMEOUT = "600s"

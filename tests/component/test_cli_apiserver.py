@@ -22,8 +22,6 @@ import yaml
 from tandem import rolloutctl
 from tandem.cli import main
 
-pytestmark = pytest.mark.component
-
 API = "/apis/tandem.dev/v1alpha1"
 
 

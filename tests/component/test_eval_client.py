@@ -15,8 +15,6 @@ from tandem import cli
 from tandem.evalclient import DatasetError, load_dataset, parse_case, post
 from tandem_lab.dev.enginedouble import EngineDouble
 
-pytestmark = pytest.mark.component
-
 MODEL = "tiny"
 
 

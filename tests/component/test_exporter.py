@@ -22,8 +22,6 @@ from tandem_lab.dev.exporter import (
     make_pair_pods,
 )
 
-pytestmark = pytest.mark.component
-
 DECODE = "speed-p0-decode-0"
 PREFILL = "speed-p0-prefill-0"
 

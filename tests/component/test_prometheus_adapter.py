@@ -40,8 +40,6 @@ from tandem.core import gates as g
 from tandem.core.promql import QueryStatus, freshness_of, parse_prom_duration
 from tests.fakes import prometheus as fp
 
-pytestmark = pytest.mark.component
-
 TIMEOUT_S = 0.5
 ANSWER_TIMEOUT_S = 20.0
 """For calls that must get their answer: generous, so a loaded 2-core box never turns an answer into a timeout

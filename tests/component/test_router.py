@@ -36,8 +36,6 @@ from tandem.routing import (
 )
 from tandem_lab.dev.enginedouble import Behaviour, EngineDouble, output_tokens, prompt_key
 
-pytestmark = pytest.mark.component
-
 MODEL = "double-model"
 
 

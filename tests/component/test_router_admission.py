@@ -24,8 +24,6 @@ from tandem.routing import Admission, PairLoad, Revisions, RoutingTable, candida
 from tandem_lab.dev.enginedouble import Behaviour, EngineDouble
 from tests.component.test_router import Lab, _samples, make_table
 
-pytestmark = pytest.mark.component
-
 
 class FakeClock:
     def __init__(self, now: float = 1000.0) -> None:

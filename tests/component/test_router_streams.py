@@ -8,7 +8,6 @@ stream ends. Loopback only: the router, engine doubles and a table file.
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
 from tandem.router.admission import Loads
 from tandem.router.drainreport import build_report
@@ -18,8 +17,6 @@ from tandem.routing import Endpoint, Pair, PairState
 from tandem.routing.streams import STREAMS_PATH, StreamsReport
 from tandem_lab.dev.enginedouble import Behaviour
 from tests.component.test_router import Lab, _bump_mtime, make_table
-
-pytestmark = pytest.mark.component
 
 
 async def _report(client: aiohttp.ClientSession, lab: Lab) -> StreamsReport:

@@ -39,11 +39,11 @@ ROUTER_READY_TIMEOUT_S = 60.0
 TEST_TIMEOUT_S = 1200
 
 
-@pytest.hookimpl(tryfirst=True)  # before the -m deselection runs
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tier comes from tests/conftest.py; here only this tier's longer timeout."""
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.realengine)
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
 
 

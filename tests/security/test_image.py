@@ -13,10 +13,6 @@ import re
 import tomllib
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 LOCK = REPO / "requirements.lock"

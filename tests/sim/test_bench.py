@@ -11,8 +11,6 @@ import pytest
 from tandem_lab.sim import bench
 from tandem_lab.sim.config import load_params
 
-pytestmark = pytest.mark.unit
-
 
 def test_fleet_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     fleet = bench.run_fleet(

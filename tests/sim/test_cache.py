@@ -6,8 +6,6 @@ import pytest
 
 from tandem_lab.sim.cache import NicModel, PrefixCache, hit_tokens
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("present", "prompt", "want_run"),

@@ -6,8 +6,6 @@ import pytest
 
 from tandem_lab.sim.decisionlog import decision_log_summary
 
-pytestmark = pytest.mark.unit
-
 
 def entry(t: float, pairs: int, now: int, ahead: int, kept: int, reason: str = "HoldWorkCovered") -> dict[str, object]:
     return {

@@ -6,15 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tandem.cli import main
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.report import results
 from tandem_lab.sim.runner import run
 from tandem_lab.sim.scenarios import ScenarioConfig
-
-pytestmark = pytest.mark.unit
 
 
 def _doc(seed: int) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from tandem_lab.sim.physics import Roofline
 from tandem_lab.sim.policies.base import FleetTarget
 from tests.sim.simhelpers import FixedFleet, simulate, tiny_workload
 
-pytestmark = pytest.mark.unit
-
 NO_SHARED = {"shared_tier": {"enabled": False}}
 
 

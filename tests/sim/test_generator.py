@@ -17,8 +17,6 @@ from tandem_lab.sim.generator import (
 )
 from tandem_lab.sim.workload import Workload, infinite_cache_hits
 
-pytestmark = pytest.mark.unit
-
 TOLERANCE = 0.10
 
 

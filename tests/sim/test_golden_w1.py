@@ -20,8 +20,6 @@ from tandem_lab.sim.traces import CONVERSATION, SYNTHETIC, load_trace
 from tandem_lab.sim.workload import Workload, infinite_cache_hits
 from tests.sim.simhelpers import simulate, trace_file
 
-pytestmark = pytest.mark.unit
-
 
 def _replay(wl: Workload) -> tuple[float, float]:
     cache = PrefixCache(None)

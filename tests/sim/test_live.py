@@ -33,8 +33,6 @@ from tandem_lab.sim.live import (
 )
 from tandem_lab.sim.workload import BLOCK_TOKENS, Workload
 
-pytestmark = pytest.mark.unit
-
 NS = "ml"
 POOL = "speed"
 

@@ -21,8 +21,6 @@ from tandem_lab.sim.policies import POLICIES
 from tandem_lab.sim.runner import run, stream
 from tandem_lab.sim.scenarios import ScenarioConfig, build_workload
 
-pytestmark = pytest.mark.unit
-
 
 def test_ratio_tax_worked_example() -> None:
     # N_p* = 40, N_d* = 60 with 1:1 units: 60 units = 120 instances vs 100 → +20 %.

@@ -8,8 +8,6 @@ from tandem.core.capacity import mdl_rho_max, ttft_budget
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.physics import ProfileTable, Roofline
 
-pytestmark = pytest.mark.unit
-
 CONTEXT = 120_000
 
 

@@ -16,8 +16,6 @@ from tandem_lab.sim.policies import make_policy
 from tandem_lab.sim.policies.base import PolicyContext, unit_shape
 from tandem_lab.sim.policies.baselines import HpaRole, KedaQueue, PlannerLike, RatioLocked, StaticPeak
 
-pytestmark = pytest.mark.unit
-
 
 def make_ctx(**changes: Any) -> PolicyContext:
     p = load_params()

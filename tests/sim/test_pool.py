@@ -13,8 +13,6 @@ from tandem_lab.sim.scenarios import ScenarioConfig, build_workload, split_pool
 from tandem_lab.sim.workload import infinite_cache_hits
 from tests.sim.simhelpers import tiny_workload
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     "knobs",

@@ -21,8 +21,6 @@ from tandem_lab.sim.profile import FixedFleet
 from tandem_lab.sim.scenarios import ScenarioConfig
 from tests.sim.simhelpers import spy_on, tiny_workload
 
-pytestmark = pytest.mark.unit
-
 
 def test_statistical_floor_matches_benchmarks_section_7() -> None:
     # 0.5 % → 1.0 % against a much larger stable arm: ≈ 1,600 canary requests (≈ 58 s at 27.5 req/s)

@@ -9,8 +9,6 @@ from tandem_lab.sim.config import load_params
 from tandem_lab.sim.runner import run, stream
 from tandem_lab.sim.scenarios import ScenarioConfig, build_workload
 
-pytestmark = pytest.mark.unit
-
 TINY = {"scale": 0.004, "compress": 24.0}
 
 

@@ -12,8 +12,6 @@ from tandem.cli import main
 from tandem_lab.sim.scenarios import ScenarioConfig
 from tandem_lab.sim.traces import load_trace, multiply_prefix_roots
 
-pytestmark = pytest.mark.unit
-
 
 def write_trace(path: Path, n: int = 120, burst_at_ms: int = 60_000) -> Path:
     """A small trace in the documented format: steady arrivals plus a burst of 40 requests in one tick."""

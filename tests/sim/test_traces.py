@@ -11,8 +11,6 @@ from tandem_lab.sim.traces import CONVERSATION, SYNTHETIC, TICK_S, jitter_ticks,
 from tandem_lab.sim.workload import COPY_ID_STRIDE, infinite_cache_hits
 from tests.sim.simhelpers import trace_file
 
-pytestmark = pytest.mark.unit
-
 
 def _file_totals(name: str) -> tuple[int, int, int, list[int]]:
     rows = [json.loads(line) for line in trace_file(name).open()]

@@ -8,8 +8,6 @@ from tandem_lab.sim import w5seeds
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.scenarios import ScenarioConfig
 
-pytestmark = pytest.mark.unit
-
 
 def _row(seed: int, canary: str, rolled_back: bool, act: float | None, share: float) -> dict[str, object]:
     return {

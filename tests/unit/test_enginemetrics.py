@@ -10,8 +10,6 @@ import pytest
 
 from tandem import enginemetrics as em
 
-pytestmark = pytest.mark.unit
-
 PACKAGE = Path(em.__file__).resolve().parent
 BUCKET_LISTS = {em.TTFT_BUCKETS, em.TPOT_BUCKETS, em.LATENCY_BUCKETS, em.TOKEN_BUCKETS}
 

@@ -7,8 +7,6 @@ from kubernetes import client
 
 from tandem.adapters.kube import NotLeader, RealKube
 
-pytestmark = pytest.mark.unit
-
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
 
 

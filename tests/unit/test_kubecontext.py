@@ -16,8 +16,6 @@ import yaml
 from tandem.adapters.kubecontext import ClusterClient, ClusterError, Target, resolve_target
 from tandem.cli import main
 
-pytestmark = pytest.mark.unit
-
 
 def closed_port() -> int:
     """A local port nobody listens on (bound, then released: connecting is refused)."""

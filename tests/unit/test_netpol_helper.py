@@ -9,8 +9,6 @@ import pytest
 
 from tests.support.netpol import Endpoint, allowed
 
-pytestmark = pytest.mark.unit
-
 NAMESPACES = {n: {"kubernetes.io/metadata.name": n, "team": "a" if n == "a" else "b"} for n in ("a", "b")}
 SERVER = Endpoint("server", "a", {"app": "server"}, ports={"http": 8000})
 FRIEND = Endpoint("friend", "b", {"app": "friend"})

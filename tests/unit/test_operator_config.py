@@ -11,8 +11,6 @@ import yaml
 from tandem.controller import main
 from tandem.controller.config import DEFAULT_MAX_CONCURRENT_PASSES, DEFAULT_SCRAPE_INTERVAL_S, OperatorConfig
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 
 

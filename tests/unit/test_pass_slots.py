@@ -12,8 +12,6 @@ from tandem.controller.config import OperatorConfig
 from tandem.controller.runtime import Runtime
 from tandem.reconcile.pool import PassResult
 
-pytestmark = pytest.mark.unit
-
 
 def test_at_most_max_concurrent_passes_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     running = 0

@@ -23,8 +23,6 @@ from tandem.poolview import (
     watch_rollout,
 )
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 STEPS = [{"setCanaryPairs": 1}, {"pause": {"duration": "30s"}}, {"pause": {}}, {"setWeight": 100}]
 

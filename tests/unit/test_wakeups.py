@@ -6,8 +6,6 @@ import pytest
 
 from tandem.controller.runtime import SETTLE_MAX_SECONDS, SETTLE_SECONDS, Wakeups
 
-pytestmark = pytest.mark.unit
-
 
 def test_first_sighting_and_unchanged_generation_never_delay() -> None:
     w = Wakeups()

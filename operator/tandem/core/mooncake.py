@@ -64,6 +64,13 @@ from tandem.api.resources import MooncakeCache
 from tandem.core import conditions as c
 from tandem.core.observed import ObservedNode, ObservedPod, parse_node
 from tandem.core.placement import _tolerates_all
+from tandem.core.reasons import (
+    REASON_DELETION_BLOCKED,
+    REASON_DELETION_RELEASED,
+    REASON_STORE_PLACED,
+    REASON_STORE_REMOVED,
+    REASON_STORE_REPLACED,
+)
 from tandem.core.rollout import EVENT_NORMAL, EVENT_WARNING, Event
 
 ANNOTATION_TEMPLATE_HASH: Final = f"{GROUP}/template-hash"
@@ -564,11 +571,15 @@ def plan_cache(snapshot: CacheSnapshot) -> CachePlan:
         pod = store_pods[removal.id]
         deletes.append(PodDelete(pod.name, pod.uid, f"store {removal.id} on {removal.node}: {removal.reason}"))
         events.append(
-            Event(EVENT_NORMAL, "StoreRemoved", f"store {removal.id} removed from {removal.node}: {removal.reason}")
+            Event(
+                EVENT_NORMAL, REASON_STORE_REMOVED, f"store {removal.id} removed from {removal.node}: {removal.reason}"
+            )
         )
     added = list(placement.added)
     for store in added:
-        events.append(Event(EVENT_NORMAL, "StorePlaced", f"store {store.id} placed on {store.node} ({store.domain})"))
+        events.append(
+            Event(EVENT_NORMAL, REASON_STORE_PLACED, f"store {store.id} placed on {store.node} ({store.domain})")
+        )
     # Stale stores (another template hash): the not-Ready ones hold nothing and all go at once (so a fixed
     # image or flag reaches a crash-looping fleet); a Ready one goes only while every other store is
     # Ready, one per pass. A replacement takes a fresh id on the same node and slot.
@@ -594,7 +605,7 @@ def plan_cache(snapshot: CacheSnapshot) -> CachePlan:
             events.append(
                 Event(
                     EVENT_NORMAL,
-                    "StoreReplaced",
+                    REASON_STORE_REPLACED,
                     f"store {old_store.id} on {old_store.node} replaced by store {new_store.id} (spec changed)",
                 )
             )
@@ -798,7 +809,7 @@ def _deletion_condition(
             conditions, CONDITION_DELETION_BLOCKED, "True", REASON_REFERENCED, message, now, generation
         )
         changed = before is None or before.status != "True" or before.message != message
-        return out, Event(EVENT_WARNING, "DeletionBlocked", message) if changed else None
+        return out, Event(EVENT_WARNING, REASON_DELETION_BLOCKED, message) if changed else None
     reason = REASON_CONFIRMED if pools else REASON_UNREFERENCED
     message = (
         f"deletion confirmed by {ANNOTATION_CONFIRM_DELETE} while referenced by {', '.join(pools)}"
@@ -808,7 +819,7 @@ def _deletion_condition(
     out = c.set_condition(conditions, CONDITION_DELETION_BLOCKED, "False", reason, message, now, generation)
     changed = before is None or before.status != "False"
     kind = EVENT_WARNING if pools else EVENT_NORMAL
-    return out, Event(kind, "DeletionReleased", message) if changed else None
+    return out, Event(kind, REASON_DELETION_RELEASED, message) if changed else None
 
 
 # --- references ------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ from tandem.core.loadtime import measure_load_seconds
 from tandem.core.observed import ObservedPod, Snapshot, parse_time
 from tandem.core.pairs import PairView, cancel_unneeded_drains, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
+from tandem.core.reasons import REASON_PAIRS_CREATED, REASON_PAIRS_DRAINING
 from tandem.core.rollout import (
     EVENT_NORMAL,
     EVENT_WARNING,
@@ -748,7 +749,7 @@ class _PairActions:
         for rev, n in sorted(created.items()):
             version = self.revisions[rev].stack.version
             self.events.append(
-                Event(EVENT_NORMAL, "PairsCreated", f"creating {n} pair(s) of {version} (revision {rev})")
+                Event(EVENT_NORMAL, REASON_PAIRS_CREATED, f"creating {n} pair(s) of {version} (revision {rev})")
             )
         # 4c. excess Ready pairs drain, highest index first, never below the floor.
         drained = 0
@@ -761,7 +762,7 @@ class _PairActions:
             self.events.append(
                 Event(
                     EVENT_NORMAL,
-                    "PairsDraining",
+                    REASON_PAIRS_DRAINING,
                     f"draining {drained} pair(s): no new requests, deleted after in-flight streams end",
                 )
             )

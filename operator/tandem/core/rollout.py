@@ -54,6 +54,20 @@ from tandem.api.pool_status import AnalysisProgress, GateVerdict, RolloutStatus
 from tandem.api.quantity import parse_duration
 from tandem.core import conditions as c
 from tandem.core.analysis import next_evaluation_at
+from tandem.core.gates import REASON_INVALID_QUERY
+from tandem.core.reasons import (
+    REASON_ABORT_IGNORED,
+    REASON_ABORT_REQUESTED,
+    REASON_ANALYSIS_NO_DATA,
+    REASON_ANALYSIS_PASSED,
+    REASON_GATE_FAILED,
+    REASON_PROMOTE_REQUESTED,
+    REASON_ROLL_FORWARD,
+    REASON_ROLLOUT_CANCELLED,
+    REASON_ROLLOUT_RESUMED,
+    REASON_ROLLOUT_STARTED,
+    REASON_STEP_COMPLETED,
+)
 
 AnalysisOutcome = Literal["Continue", "Passed", "Failed", "NoDataDeadline", "Paused"]
 
@@ -237,7 +251,9 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     if abort:
         handled = inp.abort_request
         if status.phase in ("Progressing", "Paused"):
-            events.append(Event(EVENT_WARNING, "AbortRequested", f"rollout of {status.revision} aborted by request"))
+            events.append(
+                Event(EVENT_WARNING, REASON_ABORT_REQUESTED, f"rollout of {status.revision} aborted by request")
+            )
             status = status.model_copy(
                 update={
                     "phase": "RollingBack",
@@ -249,7 +265,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             in_rollout = True
         else:
             events.append(
-                Event(EVENT_NORMAL, "AbortIgnored", "abort requested with no rollout in progress: nothing to do")
+                Event(EVENT_NORMAL, REASON_ABORT_IGNORED, "abort requested with no rollout in progress: nothing to do")
             )
             status = status.model_copy(update={"handled_action": handled})
 
@@ -261,7 +277,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
             targets[canary] = 0
         live_canary = counts(canary).live if canary else 0
         if in_rollout and status.phase != "RollingBack":
-            events.append(Event(EVENT_NORMAL, "RolloutCancelled", f"spec is back on stable revision {stable}"))
+            events.append(Event(EVENT_NORMAL, REASON_ROLLOUT_CANCELLED, f"spec is back on stable revision {stable}"))
         phase = status.phase
         if live_canary == 0 and in_rollout:
             phase = "RolledBack" if status.phase == "RollingBack" else "Idle"
@@ -303,7 +319,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     ):
         previous = status.revision if in_rollout and status.revision not in ("", desired) else None
         restarted = in_rollout and (previous is not None or status.steps_hash != current_hash)
-        reason = "RolloutRestarted" if restarted else "RolloutStarted"
+        reason = c.REASON_ROLLOUT_RESTARTED if restarted else REASON_ROLLOUT_STARTED
         message = f"rolling out {spec.stack.version} (revision {desired}) from stable {stable}"
         events.append(Event(EVENT_NORMAL, reason, message))
         status = _start(status, desired, steps, now, message).model_copy(
@@ -326,7 +342,9 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         full = inp.promote_request.startswith("full")
         status = status.model_copy(update={"handled_action": handled})
         if full:
-            events.append(Event(EVENT_WARNING, "RollForward", f"full promotion of {desired} requested: gates skipped"))
+            events.append(
+                Event(EVENT_WARNING, REASON_ROLL_FORWARD, f"full promotion of {desired} requested: gates skipped")
+            )
             status = status.model_copy(
                 update={"step_index": len(steps), "phase": "Progressing", "step_started_at": now}
             )
@@ -334,7 +352,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         events.append(
             Event(
                 EVENT_NORMAL,
-                "PromoteRequested",
+                REASON_PROMOTE_REQUESTED,
                 f"step {status.step} ({_kind(steps[status.step_index])}) skipped by request",
             )
         )
@@ -346,7 +364,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     # 6. Paused by the user (spec.rollout.paused) or by a failed gate with failureAction Pause.
     if spec.rollout.paused:
         if status.phase != "Paused":
-            events.append(Event(EVENT_NORMAL, "RolloutPaused", "rollout paused (spec.rollout.paused)"))
+            events.append(Event(EVENT_NORMAL, c.REASON_ROLLOUT_PAUSED, "rollout paused (spec.rollout.paused)"))
             status = status.model_copy(update={"phase": "Paused", "message": "paused by user"})
         return _with(
             _progressing(inp, status, stable, desired, events),
@@ -355,7 +373,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         )
     if status.phase == "Paused":
         if status.message.startswith("paused by user"):
-            events.append(Event(EVENT_NORMAL, "RolloutResumed", "rollout resumed"))
+            events.append(Event(EVENT_NORMAL, REASON_ROLLOUT_RESUMED, "rollout resumed"))
             status = status.model_copy(
                 update={"phase": "Progressing", "message": "", "step_started_at": now, "progress_at": now}
             )
@@ -400,26 +418,28 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
                 events.append(
                     Event(
                         EVENT_NORMAL,
-                        "AnalysisPassed",
+                        REASON_ANALYSIS_PASSED,
                         f"step {status.step}: every gate passed {result.message}".strip(),
                     )
                 )
             elif result.outcome == "Failed":
-                failed_reason = "GateFailed"
+                failed_reason = REASON_GATE_FAILED
             elif result.outcome == "NoDataDeadline":
                 if spec.rollout.analysis.on_no_data == "Rollback":
-                    failed_reason = "AnalysisNoData"
+                    failed_reason = REASON_ANALYSIS_NO_DATA
                 else:
                     events.append(
                         Event(
-                            EVENT_WARNING, "AnalysisNoData", f"step {status.step}: no data until the deadline; paused"
+                            EVENT_WARNING,
+                            REASON_ANALYSIS_NO_DATA,
+                            f"step {status.step}: no data until the deadline; paused",
                         )
                     )
                     status = status.model_copy(
                         update={"phase": "Paused", "message": "paused: analysis had no data until noDataDeadline"}
                     )
             elif result.outcome == "Paused":
-                events.append(Event(EVENT_WARNING, "InvalidQuery", f"step {status.step}: {result.message}"))
+                events.append(Event(EVENT_WARNING, REASON_INVALID_QUERY, f"step {status.step}: {result.message}"))
                 status = status.model_copy(update={"phase": "Paused", "message": f"paused: {result.message}"[:1024]})
         # Requeue when the next evaluation is due, not a full interval after this pass: a pass that was
         # not due (a pod event, a status write) must not postpone the evaluation (controller bench C6).
@@ -440,7 +460,9 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
         status = status.model_copy(update={"message": ""})
     if done:
         status = _advance(status, steps, now)
-        events.append(Event(EVENT_NORMAL, "StepCompleted", f"step {index + 1}/{len(steps)} ({_kind(step)}) completed"))
+        events.append(
+            Event(EVENT_NORMAL, REASON_STEP_COMPLETED, f"step {index + 1}/{len(steps)} ({_kind(step)}) completed")
+        )
         if status.step_index >= len(steps):
             return _promote(inp, status, stable, desired, events)
         return _with(_progressing(inp, status, stable, desired, events), persist_first=True)
@@ -557,7 +579,9 @@ def _promote(
     inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event]
 ) -> RolloutDecision:
     replicas = inp.spec.pairs.replicas
-    events.append(Event(EVENT_NORMAL, "Promoted", f"{inp.spec.stack.version} (revision {desired}) promoted to stable"))
+    events.append(
+        Event(EVENT_NORMAL, c.REASON_PROMOTED, f"{inp.spec.stack.version} (revision {desired}) promoted to stable")
+    )
     new = status.model_copy(
         update={
             "phase": "Promoted",
@@ -584,7 +608,7 @@ def _fail(
     inp: RolloutInputs, status: RolloutStatus, stable: str, desired: str, events: list[Event], reason: str
 ) -> RolloutDecision:
     spec = inp.spec
-    if spec.rollout.failure_action == "Pause" and reason != "AnalysisNoData":
+    if spec.rollout.failure_action == "Pause" and reason != REASON_ANALYSIS_NO_DATA:
         events.append(
             Event(EVENT_WARNING, reason, f"step {status.step} failed ({reason}); rollout paused (failureAction Pause)")
         )
@@ -621,7 +645,9 @@ def _rolling_back(
     phase = status.phase
     if floor_met and canary_counts.live == 0:
         if phase != "RolledBack":
-            events.append(Event(EVENT_WARNING, "RolledBack", f"revision {canary} rolled back; stable {stable} serving"))
+            events.append(
+                Event(EVENT_WARNING, c.REASON_ROLLED_BACK, f"revision {canary} rolled back; stable {stable} serving")
+            )
         phase = "RolledBack"
     new = status.model_copy(update={"phase": phase, "step": "-" if phase == "RolledBack" else status.step})
     return RolloutDecision(

@@ -24,8 +24,6 @@ from tandem.api.validate import validate_object
 from tandem.reconcile.pool import reconcile_pool
 from tests.support.catalog import EXAMPLES
 
-pytestmark = pytest.mark.unit
-
 BASE: dict[str, Any] = yaml.safe_load((EXAMPLES / "minimal-pool.yaml").read_text(encoding="utf-8"))
 
 

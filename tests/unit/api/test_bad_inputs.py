@@ -12,8 +12,6 @@ import yaml
 from tandem.api.validate import validate_object
 from tests.support.catalog import BadInput, case_params, load_cases
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("case", case_params())
 def test_validate_rejects_bad_input_naming_the_field(case: BadInput) -> None:

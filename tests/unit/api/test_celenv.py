@@ -15,8 +15,6 @@ from tandem.api.quantity import format_bytes, parse_duration, parse_quantity
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("rule", "variables", "want"),

@@ -9,13 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tandem.api import crdgen
 from tandem.api.resources import INFERENCE_POOL, KINDS, MOONCAKE_CACHE
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -13,8 +13,6 @@ from tandem.api.resources import KIND_BY_NAME
 from tandem.api.validate import validate_object
 from tests.support.catalog import EXAMPLES, example_files
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in example_files()])
 def test_example_validates_offline(path: Path) -> None:

@@ -8,8 +8,6 @@ import pytest
 
 from tandem.api.pool import GATE_PRESETS, MetricGate
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("gate", "want"),

@@ -13,8 +13,6 @@ import pytest
 from tandem.api.validate import validate_object
 from tests.support.hostile_corpus import FAMILIES, Mutant, corpus
 
-pytestmark = pytest.mark.unit
-
 SMALL = corpus(per_family=2)
 
 

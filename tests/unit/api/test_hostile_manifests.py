@@ -24,8 +24,6 @@ from tandem.api.validate import metadata_errors, validate_object
 from tandem.cli import main
 from tests.support.catalog import EXAMPLES
 
-pytestmark = pytest.mark.unit
-
 MINIMAL = (EXAMPLES / "minimal-pool.yaml").read_text(encoding="utf-8")
 POOL = "apiVersion: tandem.dev/v1alpha1\nkind: InferencePool\n"
 SPEC = (

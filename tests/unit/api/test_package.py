@@ -5,10 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 
 def test_tandem_imports_and_stdlib_operator_is_not_shadowed() -> None:
     code = (

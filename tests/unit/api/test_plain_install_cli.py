@@ -17,8 +17,6 @@ import pytest
 
 from tandem.cli import LAB_COMMANDS, LAB_HINT
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[3]
 
 BOOTSTRAP = """

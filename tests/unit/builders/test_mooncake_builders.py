@@ -15,8 +15,6 @@ from tandem.api.cache import MooncakeCacheSpec
 from tandem.api.labels import cache_client_configmap_name
 from tandem.builders import mooncake as b
 
-pytestmark = pytest.mark.unit
-
 IMAGE = "ghcr.io/example/mooncake@sha256:" + "a" * 64
 
 

@@ -12,8 +12,6 @@ from tandem.builders.pods import InstanceParams, build_instance_pod, kv_transfer
 from tandem.core.observed import parse_pod
 from tests.support.factories import make_pool
 
-pytestmark = pytest.mark.unit
-
 
 def test_pod_env_records_the_revision_and_parse_prefers_it_over_an_edited_label() -> None:
     spec = revision_spec(make_pool().pairs(1).obj().spec)

@@ -16,8 +16,6 @@ from tandem.core import analysis as a
 from tandem.core import gates as g
 from tests.fakes import prometheus as fp
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SPEC = AnalysisSpec(
     interval="30s", timeout="10s", initial_delay="60s", success_streak=3, failure_limit=1, no_data_deadline="2m"

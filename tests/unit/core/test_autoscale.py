@@ -69,8 +69,6 @@ from tests.unit.core.factories_autoscale import (
     scaled_examples,
 )
 
-pytestmark = pytest.mark.unit
-
 NOW = 10_000.0
 KV_ONLY = make_autoscaling().targets(kv_percent=80)
 SLO = make_autoscaling().targets(ttft_p95_ms=1000, tpot_p90_ms=16, kv_percent=80)

@@ -31,8 +31,6 @@ from tandem.core.autoscale import (
     compute_desired_pairs,
 )
 
-pytestmark = pytest.mark.unit
-
 WARM = AutoscaleState(since=-1e9)
 
 

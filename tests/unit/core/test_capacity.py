@@ -24,8 +24,6 @@ from tandem.core.capacity import (
     update_forecast,
 )
 
-pytestmark = pytest.mark.unit
-
 PROFILE = CapacityProfile(
     version="v1",
     prefill=(PrefillPoint(32_768, 8_000), PrefillPoint(8_192, 16_000)),

@@ -13,8 +13,6 @@ from tandem.routing.streams import PoolStreams, StreamsReport
 from tandem.routing.table import PairState, RoutingTable
 from tests.support.factories import T0, World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 POOL = "ns/speed"
 
 

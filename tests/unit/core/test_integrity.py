@@ -16,8 +16,6 @@ from tandem.core.plan import plan_pool
 from tandem.routing.table import PairState
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POOL_UID = "uid-speed"
 

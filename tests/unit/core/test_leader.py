@@ -19,8 +19,6 @@ from tandem.adapters.kube import Conflict, ServerError
 from tandem.controller.election import HealthServer, LeaderElector
 from tandem.core.leader import LeaseRecord, LeaseTimings, Observation, decide, must_stop, observe
 
-pytestmark = pytest.mark.unit
-
 T = LeaseTimings(lease_duration_s=15, renew_deadline_s=10, retry_period_s=2)
 
 

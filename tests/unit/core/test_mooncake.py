@@ -24,8 +24,6 @@ from tandem.core import conditions as c
 from tandem.core import mooncake as m
 from tandem.core.observed import ObservedPod
 
-pytestmark = pytest.mark.unit
-
 GI = 2**30
 T0 = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 IMAGE = "ghcr.io/example/mooncake@sha256:" + "a" * 64

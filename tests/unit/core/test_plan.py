@@ -14,8 +14,6 @@ from tandem.core.plan import plan_pool
 from tandem.routing.table import PairState
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 
 def condition(world: World, kind: str) -> tuple[str, str]:
     assert world.pool.status is not None

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tandem.builders.pods import MOONCAKE_BOOTSTRAP_PORT
 from tandem.routing import KvTransfer, RoutingTable
 from tandem.routing.table import DEFAULT_MOONCAKE_BOOTSTRAP_PORT
 from tests.support.factories import World, make_nodes, make_pool
-
-pytestmark = pytest.mark.unit
 
 
 def test_plan_table_names_served_model_and_each_pairs_connector() -> None:

@@ -34,8 +34,6 @@ from tandem.core.promql import (
     render_query,
 )
 
-pytestmark = pytest.mark.unit
-
 VARS = QueryVars(namespace="ml", pool="speed", revision="7f3a9c2e1b", role="any", interval="1m")
 
 

@@ -15,8 +15,6 @@ from tandem.core.rollout import RevisionCounts, RolloutInputs, canary_target, is
 from tandem.routing.table import PairState
 from tests.support.factories import T0, World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 
 def rev_of(world: World) -> str:
     return revision_id(revision_spec(world.pool.spec))

@@ -12,8 +12,6 @@ from tandem.core.rollout import surge_room
 from tandem.routing.table import PairState
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("max_surge", "live_canary", "live_stable", "free_pairs", "budget", "want"),

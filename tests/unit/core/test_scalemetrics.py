@@ -7,8 +7,6 @@ import pytest
 from tandem.core import scalemetrics as sm
 from tandem.core.promql import QueryResult, QueryStatus, Series, freshness_of
 
-pytestmark = pytest.mark.unit
-
 NOW = 1_800_000_000.0
 SERVING = [
     sm.ServingInstance("speed-p0-prefill-0", "speed-p0", "prefill"),

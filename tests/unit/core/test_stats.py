@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 
 from tandem.core import stats
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("z", "want"),

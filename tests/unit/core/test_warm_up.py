@@ -12,8 +12,6 @@ from tandem.api.pool_status import AnalysisProgress, GateVerdict
 from tandem.core import analysis as a
 from tandem.core import gates as g
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 GATES = [
     MetricGate.model_validate({"name": "ttft", "template": "TTFTP95", "compare": {}}),

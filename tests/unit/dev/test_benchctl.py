@@ -12,8 +12,6 @@ import pytest
 from tandem_lab.dev import audit, benchctl, benchreport, benchstats
 from tandem_lab.dev.nodes import NodeSpec, build_gpu_node
 
-pytestmark = pytest.mark.unit
-
 SA = "system:serviceaccount:bench-c2:tandem-operator"
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 POOLS = "inferencepools.tandem.dev"

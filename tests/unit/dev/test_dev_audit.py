@@ -11,8 +11,6 @@ import pytest
 
 from tandem_lab.dev import audit
 
-pytestmark = pytest.mark.unit
-
 SA = "system:serviceaccount:tandem:tandem-operator"
 
 

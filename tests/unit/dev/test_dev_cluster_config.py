@@ -9,8 +9,6 @@ import yaml
 
 from tandem_lab.dev import cluster, testenv
 
-pytestmark = pytest.mark.unit
-
 VERSIONS = testenv.Versions(k8s="v1.34.4", etcd="v3.6.14", kwok="v0.8.0", helm="v3.21.4")
 
 

@@ -6,8 +6,6 @@ import pytest
 
 from tandem_lab.dev import nodes
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("product", "want_device_id", "want_vram"),

@@ -9,8 +9,6 @@ import pytest
 
 from tandem_lab.dev import prometheus
 
-pytestmark = pytest.mark.unit
-
 
 def test_config_scrapes_only_file_sd_targets_at_a_short_interval(tmp_path: Path) -> None:
     cfg = prometheus.build_config(tmp_path / "targets", scrape_interval_s=1.5)

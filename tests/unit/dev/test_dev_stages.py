@@ -8,8 +8,6 @@ import pytest
 
 from tandem_lab.dev import stages
 
-pytestmark = pytest.mark.unit
-
 
 def _by_name(**kwargs: Any) -> dict[str, dict[str, Any]]:
     built = stages.build_stages(kube_version="v1.34.4", kwok_version="v0.8.0", **kwargs)

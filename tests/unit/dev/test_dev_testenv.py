@@ -9,8 +9,6 @@ import pytest
 
 from tandem_lab.dev import testenv
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -10,8 +10,6 @@ from tandem.routing import RoutingTable, routing_key, select_for_table
 from tandem_lab.dev import routerbench
 from tandem_lab.dev import routerbenchlib as lib
 
-pytestmark = pytest.mark.unit
-
 
 def row(length: int, *blocks: int) -> lib.TraceRow:
     return lib.TraceRow(length, tuple(blocks))

@@ -10,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
-
 from tandem.adapters.kube import Forbidden
 from tandem.core import conditions as c
 from tandem.core.plan import plan_pool
 from tandem.reconcile.pool import _act_and_report
 from tests.support.factories import World, make_nodes, make_pool
-
-pytestmark = pytest.mark.unit
 
 
 class QuotaKube:

@@ -10,8 +10,6 @@ from tandem.reconcile.pool import Metrics
 from tests.fakes import prometheus as fp
 from tests.support.factories import make_pool
 
-pytestmark = pytest.mark.unit
-
 OWN = "http://prometheus.monitoring:9090"
 
 

@@ -16,8 +16,6 @@ from tandem.reconcile.pool import observe_router_streams
 from tandem.routing.streams import PoolStreams, StreamsReport
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 

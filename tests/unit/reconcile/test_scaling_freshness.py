@@ -11,8 +11,6 @@ from tandem.reconcile.pool import Metrics, PoolMemory, observe_scaling
 from tests.fakes import prometheus as fp
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 
 def _per_pod(at: float, prefill: float, decode: float) -> QueryResult:
     return QueryResult(

@@ -11,8 +11,6 @@ import pytest
 from tandem.adapters.kube import Conflict, KubeApi
 from tandem.reconcile.pool import only_bookkeeping_changed, replace_status
 
-pytestmark = pytest.mark.unit
-
 OBSERVED: dict[str, Any] = {
     "apiVersion": "tandem.dev/v1alpha1",
     "kind": "InferencePool",

@@ -8,8 +8,6 @@ from tandem.router.admission import Loads
 from tandem.routing import Endpoint, PairLoad
 from tests.unit.routing.routing_factories import make_table
 
-pytestmark = pytest.mark.unit
-
 
 def test_loads_count_holds_per_pair_and_release_them() -> None:
     table = make_table("speed").pairs(2).obj()

@@ -35,8 +35,6 @@ from tandem.router.tables import REASON_INVALID, REASON_UNKNOWN_VERSION, TableSt
 from tandem.routing import CONFIGMAP_KEY, RoutingTable
 from tests.unit.routing.routing_factories import make_table
 
-pytestmark = pytest.mark.unit
-
 NS = "ml"
 SPEED2 = make_table("speed").namespace(NS).pairs(2).obj()
 SPEED3 = make_table("speed").namespace(NS).pairs(3).obj()

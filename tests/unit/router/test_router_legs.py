@@ -16,8 +16,6 @@ from tandem.router.request import (
     parse_request,
 )
 
-pytestmark = pytest.mark.unit
-
 NIXL_P = {
     "do_remote_decode": True,
     "do_remote_prefill": False,

@@ -11,8 +11,6 @@ from tandem.router.tables import REASON_INVALID, REASON_UNKNOWN_VERSION, TableEr
 from tandem.routing import CONFIGMAP_KEY, RoutingTable
 from tests.unit.routing.routing_factories import make_table
 
-pytestmark = pytest.mark.unit
-
 
 def _table(pairs: int = 2) -> RoutingTable:
     return make_table("speed").namespace("ml").pairs(pairs).obj()

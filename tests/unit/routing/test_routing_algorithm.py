@@ -42,8 +42,6 @@ from tandem.routing import (
 )
 from tests.unit.routing.routing_factories import make_pairs, make_table, scaled_examples
 
-pytestmark = pytest.mark.unit
-
 KEYS_20K = [routing_key_from_blocks([0, i], 2) for i in range(20_000)]
 
 

@@ -43,9 +43,6 @@ from tandem.routing import (
 )
 from tests.unit.routing.routing_factories import make_pairs, scaled_examples
 
-pytestmark = pytest.mark.unit
-
-
 # --- the oracle: the algorithm before the change ----------------------------------------------------
 
 

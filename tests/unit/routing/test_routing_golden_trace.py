@@ -31,8 +31,6 @@ from tandem.routing import Outcome, PairLoad, WalkBound, candidates, routing_key
 from tandem_lab.sim.traces import traces_dir
 from tests.unit.routing.routing_factories import make_pairs
 
-pytestmark = pytest.mark.unit
-
 TRACE = traces_dir() / "mooncake_conversation_trace.jsonl"
 BLOCK_TOKENS = 512
 

@@ -23,8 +23,6 @@ from tandem.routing import (
 )
 from tests.unit.routing.routing_factories import make_table, scaled_examples
 
-pytestmark = pytest.mark.unit
-
 
 def _full_table() -> RoutingTable:
     return (

@@ -9,8 +9,6 @@ from pydantic import ValidationError
 
 from tandem.routing import KvTransfer, RoutingTable
 
-pytestmark = pytest.mark.unit
-
 # A table exactly as the operator published it before the additions (bytes and fingerprint taken from the
 # code before this change): it must parse, keep its bytes, and keep its fingerprint.
 BEFORE = (
