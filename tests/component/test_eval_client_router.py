@@ -16,8 +16,6 @@ from tandem.router.proxy import RouterConfig
 from tandem.routing import HEADER_REVISION, PairState, Revisions, compute_pair_weights
 from tests.component.test_router import Lab, make_table
 
-pytestmark = pytest.mark.component
-
 PROMPTS = [f"eval case {i}" for i in range(6)]
 
 

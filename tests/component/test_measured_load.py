@@ -21,8 +21,6 @@ from tandem.core.plan import Plan, plan_pool
 from tandem.reconcile.pool import observe_pods
 from tests.support.factories import World, make_nodes, make_pool
 
-pytestmark = pytest.mark.component
-
 
 def _time(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")

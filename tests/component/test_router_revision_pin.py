@@ -17,8 +17,6 @@ from tandem.routing import HEADER_REVISION, Match, Pair, PairState, Revisions, R
 from tandem_lab.dev.enginedouble import Behaviour
 from tests.component.test_router import Lab, make_table, winner
 
-pytestmark = pytest.mark.component
-
 PINNING = RouterConfig(prefill_timeout_s=5, allow_revision_pin=True)
 PROMPTS = [f"pinned {i}" for i in range(16)]
 

@@ -14,8 +14,6 @@ from tandem.router.proxy import RouterConfig
 from tandem_lab.dev.enginedouble import Behaviour
 from tests.component.test_router import Lab, _samples, make_table
 
-pytestmark = pytest.mark.component
-
 SLO = "tandem_router_slo_requests_total"
 
 

@@ -16,8 +16,6 @@ from tandem_lab.sim import engine, rollout
 from tandem_lab.sim.metrics import ScrapeStore
 from tests.sim.simhelpers import spy_on
 
-pytestmark = pytest.mark.unit
-
 LAB = Path(tandem_lab.__file__).parent
 
 BUILDING_BLOCKS = {

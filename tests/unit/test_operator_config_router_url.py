@@ -7,8 +7,6 @@ import pytest
 
 from tandem.controller.config import OperatorConfig
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("service", "url", "want"),

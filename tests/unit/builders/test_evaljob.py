@@ -13,8 +13,6 @@ from tandem.api.pool import EvalGate
 from tandem.builders.evaljob import build_eval_job
 from tandem.routing import HEADER_REVISION, parse_revision_pin
 
-pytestmark = pytest.mark.unit
-
 GATE = EvalGate.model_validate(
     {
         "image": "ghcr.io/example/tool-call-eval:1.4@sha256:" + "cd" * 32,

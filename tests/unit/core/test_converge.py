@@ -10,8 +10,6 @@ import pytest
 from tandem.core.converge import Bounds, Moves, creation_order, highest_first, next_moves
 from tandem.core.rollout import RevisionCounts
 
-pytestmark = pytest.mark.unit
-
 Counts = dict[str, tuple[int, int]]
 
 

@@ -13,8 +13,6 @@ from tandem.core.gaterun import GatePlan, gate_queries, judge
 from tandem.core.promql import QueryResult, freshness_of, freshness_query
 from tests.fakes import prometheus as fp
 
-pytestmark = pytest.mark.unit
-
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 NOW = START + timedelta(seconds=120)
 WINDOW = g.SampleWindow(now=NOW, step_started_at=START, initial_delay_s=60, max_age_s=30, rate_window_s=30)

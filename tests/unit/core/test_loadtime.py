@@ -14,8 +14,6 @@ from tandem.core.loadtime import MAX_LOAD_SECONDS, instance_load_seconds, measur
 from tandem.core.observed import ObservedPod, parse_pod
 from tandem.core.pairs import PairView
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 

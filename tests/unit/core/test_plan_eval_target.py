@@ -15,8 +15,6 @@ from tandem.core.plan import REASON_EVAL_JOB_CREATED, EvalJobRequest, Plan
 from tandem.routing import HEADER_REVISION, PairState
 from tests.support.factories import T0, PoolBuilder, World, make_nodes, make_pool
 
-pytestmark = pytest.mark.unit
-
 ROUTER = "http://tandem-router.tandem-system.svc:8000"
 GATE = {"image": "ghcr.io/example/tool-call-eval:1.4@sha256:" + "cd" * 32, "minScorePercent": 98, "deadline": "5m"}
 

@@ -8,8 +8,6 @@ import pytest
 
 from tandem.core.capacity import TPOT_SLO_S, judge_request, ttft_budget
 
-pytestmark = pytest.mark.unit
-
 MID = 135_168  # half-way between 8k and 262k tokens: budget 2 s
 
 

@@ -10,8 +10,6 @@ import pytest
 
 from tandem_lab.dev.kit import NOT_READY_TAINT, OperatorProcess, next_loopback_cidr, node_schedulable
 
-pytestmark = pytest.mark.unit
-
 
 def _node(ready: str | None, taints: list[str] | None = None) -> dict[str, Any]:
     conditions = [] if ready is None else [{"type": "Ready", "status": ready}]

@@ -9,8 +9,6 @@ import pytest
 
 from tandem.router.slo import StreamTokens, usage_count
 
-pytestmark = pytest.mark.unit
-
 
 def sse(*events: Any, done: bool = True) -> bytes:
     out = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)

@@ -21,8 +21,6 @@ from tandem.routing import (
 from tandem.routing.table import DEFAULT_PAIR_WEIGHT
 from tests.unit.routing.routing_factories import make_table, scaled_examples
 
-pytestmark = pytest.mark.unit
-
 
 def _rollout(percent: int) -> RoutingTable:
     """6 stable pairs (r1), 2 canary pairs (r2) at ``percent``, one warming r2 pair, one draining r1 pair."""
