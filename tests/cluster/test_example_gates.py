@@ -35,7 +35,7 @@ EXAMPLE_ANALYSIS = EXAMPLE["spec"]["rollout"]["analysis"]
 
 
 def pool_manifest(node_selector: dict[str, str], version: str = "v1") -> dict[str, Any]:
-    obj = copy.deepcopy(yaml.safe_load((REPO / "examples" / "minimal-pool.yaml").read_text()))
+    obj: dict[str, Any] = copy.deepcopy(yaml.safe_load((REPO / "examples" / "minimal-pool.yaml").read_text()))
     obj["metadata"]["name"] = "speed"
     first = EXAMPLE["spec"]["rollout"]["steps"][0]
     assert first == {"setWeight": 5}, first  # the example's small first exposure
@@ -126,7 +126,7 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     started = time.monotonic()
     flipped = wait_until(
         "rollback decided",
-        lambda: (s := status(kube, ns))["rollout"]["phase"] in ("RollingBack", "RolledBack") and s,
+        lambda: s if (s := status(kube, ns))["rollout"]["phase"] in ("RollingBack", "RolledBack") else None,
         timeout_s=300,
     )
     decided_s = time.monotonic() - started
@@ -140,7 +140,7 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     assert "not a cold cache" in gates["ttft-p95"]["condition"], gates["ttft-p95"]
     assert gates["local-kv-hits"]["reason"] == "WarmingUp", gates["local-kv-hits"]  # cold, held: not the cause
     final = wait_until(
-        "rolled back", lambda: (s := status(kube, ns))["rollout"]["phase"] == "RolledBack" and s, timeout_s=120
+        "rolled back", lambda: s if (s := status(kube, ns))["rollout"]["phase"] == "RolledBack" else None, timeout_s=120
     )
     assert final["rollout"]["failedRevision"] == bad
     assert {p["revision"] for p in routing(kube, ns)["pairs"] if p["state"] == "serving"} == {stable}
