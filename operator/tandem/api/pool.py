@@ -774,15 +774,19 @@ class WarmUp(ApiModel):
     New canary pairs start with an empty prefix cache: their TTFT and local hit ratio are worse than a warm
     stable's for reasons that say nothing about the new version. While the canary's local prefix-hit ratio
     (the `LocalKVHitRatio` gate's value) is below `hitRatioPercent` % of stable's, and the step started less
-    than `maxDuration` ago, a Failure of a TTFT or `LocalKVHitRatio` gate becomes NoData `WarmingUp`. Error
-    and decode-speed gates are judged throughout: a cold cache does not cause errors or slower decoding.
+    than `maxDuration` ago, a Failure of the `LocalKVHitRatio` gate becomes NoData `WarmingUp`, and so does a
+    TTFT Failure the extra cache misses explain: a canary whose TTFT ratio to stable exceeds its ratio of
+    uncached prompt tokens, (1 − canary hits)/(1 − stable hits), times the gate's `maxMeanRatioPercent`
+    (110 % without compare), is slower per uncached token and fails at once. Error and decode-speed gates
+    are judged throughout: a cold cache does not cause errors or slower decoding.
     """
 
     hit_ratio_percent: Annotated[int, Field(ge=50, le=100)] = 90
     """The canary is warm once its local prefix-hit ratio reaches this percent of stable's."""
     max_duration: Duration = "5m"
     """A canary that has not warmed up this long after the step started is judged anyway (a version that
-    breaks prefix caching must not hide behind its own cold cache)."""
+    breaks prefix caching must not hide behind its own cold cache). The bound of every hold; a slow TTFT the
+    misses do not explain is not held at all."""
 
 
 class AnalysisSpec(ApiModel):

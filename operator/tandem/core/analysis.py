@@ -276,6 +276,32 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+COLD_CACHE_FULL_MISS: Final = 1e-6
+"""Below this miss ratio stable serves (almost) everything from its cache: any cold slowdown is explicable."""
+DEFAULT_COLD_SLACK_PERCENT: Final = 110
+"""The slack over the cold-cache bound for a TTFT gate without ``compare`` (compare's own default effect size)."""
+
+
+def cold_ttft_bound(canary_hits: float, stable_hits: float, slack_percent: float) -> float:
+    """The largest canary/stable TTFT ratio a cold prefix cache explains: ``(1 − h_c)/(1 − h_s)`` × slack.
+
+    Prefill work is proportional to the prompt tokens *not* found in the cache, so at the same traffic mix
+    the canary prefills ``(1 − h_c)/(1 − h_s)`` times as many tokens per request as stable. TTFT is a
+    fixed part (queueing, the first decode step, the P→D transfer) plus that prefill, so its ratio stays
+    at or below the miss ratio's: a canary slower than the bound is slower per *uncached* token, which
+    a cold cache cannot cause. Never below 1 × slack (a canary warmer than stable explains nothing away
+    but is still allowed the gate's own effect size); unbounded when stable misses (almost) nothing.
+
+    Example: stable hits 0.83, canary 0.46, slack 110 % → bound (0.54/0.17) × 1.1 = 3.49: W5's cold but good
+    canary (TTFT p95 9.6 s vs 4.7 s, ×2.04) is held; the demo's bad version (prefill × 3, hits 0.05 vs
+    0.10 → bound 1.16) at ×4.5 fails at once.
+    """
+    stable_miss = 1.0 - stable_hits
+    if stable_miss <= COLD_CACHE_FULL_MISS:
+        return math.inf
+    return max(1.0, (1.0 - canary_hits) / stable_miss) * slack_percent / 100
+
+
 def warm_up_verdicts(
     verdicts: Sequence[GateVerdict],
     gates: Sequence[MetricGate],
@@ -283,13 +309,20 @@ def warm_up_verdicts(
     step_started_at: datetime,
     now: datetime,
 ) -> list[GateVerdict]:
-    """Hold the cache-sensitive Failures of a cold canary (``analysis.warmUp``; docs/design/009).
+    """Hold the cache-sensitive Failures of a cold canary, unless the cold cache cannot explain them
+    (``analysis.warmUp``; docs/design/009, "Cold caches").
 
     The canary is *cold* while its local prefix-hit ratio (the ``LocalKVHitRatio`` gate's value) is below
     ``hitRatioPercent`` % of stable's (that gate's baseline) — or unknown — and the step started less than
-    ``maxDuration`` ago. A cold canary's TTFT/hit-ratio Failures become NoData ``WarmingUp``: they hold the
-    step (no streak, the NoData clock runs) but never count toward ``failureLimit``. Everything else,
-    errors and decode speed in particular, is judged as usual.
+    ``maxDuration`` ago. A cold canary's hit-ratio Failure becomes NoData ``WarmingUp``: it holds the step
+    (no streak, the NoData clock runs) but never counts toward ``failureLimit``. Its TTFT Failure is held
+    the same way **only when the cold cache explains it**: with both hit ratios known, a TTFT ratio
+    (canary/stable, the gate's value over its baseline) above :func:`cold_ttft_bound` — the ratio of
+    uncached prompt tokens, times the gate's ``compare.maxMeanRatioPercent`` — is a slower prefill per
+    uncached token, i.e. the new version's doing, and the Failure stands at once (a warm-up must not hide
+    a regression for ``maxDuration``). With the hit ratio unknown nothing can be normalised, and the TTFT
+    Failure is held until ``maxDuration``, which bounds every hold. Errors and decode speed are judged
+    throughout.
 
     Why the hit ratio "at its key share" is the right yardstick: the router gives the canary's pairs a slice
     of the key ring, and each pair caches the prefixes of its own keys; once a canary pair has seen its keys
@@ -297,13 +330,16 @@ def warm_up_verdicts(
     TTFT pays for prefill that stable skips, which is not the new version's doing.
 
     Example: hitRatioPercent 90, stable hits 0.83, canary 0.46 one minute into the step → cold (0.46 <
-    0.75): ``ttft-p95`` Failure → NoData WarmingUp. At 0.78 → warm: the Failure stands.
+    0.75): ``ttft-p95`` 9.6 s vs 4.7 s (×2.04 ≤ bound 3.49) → NoData WarmingUp; 19 s vs 4.7 s (×4.04 > 3.49)
+    → the Failure stands. At hits 0.78 → warm: every Failure stands.
     """
     spec = analysis.warm_up
     if spec is None or now - step_started_at >= timedelta(seconds=parse_duration(spec.max_duration)):
         return list(verdicts)
+    by_name = {g.name: g for g in gates}
     templates = {g.name: g.template or "" for g in gates}
     cold = True
+    hits: tuple[float, float] | None = None
     detail = "canary hit ratio unknown"
     for v in verdicts:
         if templates.get(v.name) != HIT_RATIO_TEMPLATE:
@@ -312,16 +348,32 @@ def warm_up_verdicts(
         if canary is not None and stable is not None:
             need = stable * spec.hit_ratio_percent / 100
             cold = canary < need
+            hits = (canary, stable)
             detail = f"canary hit ratio {canary:.3f} vs stable {stable:.3f} (warm at ≥ {need:.3f})"
         break
     if not cold:
         return list(verdicts)
     out: list[GateVerdict] = []
     for v in verdicts:
-        if v.verdict == VERDICT_FAILURE and templates.get(v.name) in WARM_UP_TEMPLATES:
-            note = f"{v.condition}; warming up: {detail}" if v.condition else f"warming up: {detail}"
-            held = {"verdict": VERDICT_NO_DATA, "reason": REASON_WARMING_UP, "condition": note[:1024]}
-            out.append(v.model_copy(update=held))
-        else:
+        template = templates.get(v.name)
+        if v.verdict != VERDICT_FAILURE or template not in WARM_UP_TEMPLATES:
             out.append(v)
+            continue
+        note = detail
+        if template != HIT_RATIO_TEMPLATE and hits is not None:
+            gate = by_name[v.name]
+            slack = gate.compare.max_mean_ratio_percent if gate.compare is not None else DEFAULT_COLD_SLACK_PERCENT
+            bound = cold_ttft_bound(hits[0], hits[1], slack)
+            canary_ttft, stable_ttft = _finite(v.value), _finite(v.baseline)
+            if canary_ttft is not None and stable_ttft is not None and stable_ttft > 0:
+                ratio = canary_ttft / stable_ttft
+                if ratio > bound:
+                    why = f"not a cold cache: TTFT ×{ratio:.3g} > ×{bound:.3g} explained by the misses ({detail})"
+                    text = f"{v.condition}; {why}" if v.condition else why
+                    out.append(v.model_copy(update={"condition": text[:1024]}))
+                    continue
+                note = f"TTFT ×{ratio:.3g} ≤ ×{bound:.3g} explained by the misses, {detail}"
+        text = f"{v.condition}; warming up: {note}" if v.condition else f"warming up: {note}"
+        held = {"verdict": VERDICT_NO_DATA, "reason": REASON_WARMING_UP, "condition": text[:1024]}
+        out.append(v.model_copy(update=held))
     return out

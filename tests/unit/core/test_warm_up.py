@@ -116,3 +116,94 @@ def test_held_failures_never_count_toward_the_failure_limit() -> None:
         progress = result.progress
         assert result.outcome is a.Outcome.CONTINUE
     assert progress.failures == 0 and progress.success_streak == 0
+
+
+def ttft_case(ttft: tuple[str, str], hits: tuple[str, str] | None) -> list[GateVerdict]:
+    """A TTFT Failure with its numbers (canary, stable) and the hit-ratio gate's verdict."""
+    out = [GateVerdict(name="ttft", verdict=g.VERDICT_FAILURE, value=ttft[0], baseline=ttft[1])]
+    if hits is not None:
+        cold = float(hits[0]) < 0.9 * float(hits[1])
+        out.append(
+            GateVerdict(
+                name="hits", verdict=g.VERDICT_FAILURE if cold else g.VERDICT_SUCCESS, value=hits[0], baseline=hits[1]
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("ttft", "hits", "want"),
+    [
+        pytest.param(("9.6", "4.7"), ("0.46", "0.83"), "WarmingUp", id="W5 good cold canary x2.04 <= bound 3.49: held"),
+        pytest.param(("16", "4.7"), ("0.46", "0.83"), "WarmingUp", id="x3.40 still within the misses' bound: held"),
+        pytest.param(("19", "4.7"), ("0.46", "0.83"), "Failure", id="x4.04 > bound 3.49: slower per uncached token"),
+        pytest.param(
+            ("1.36", "0.298"), ("0.05", "0.10"), "Failure", id="demo bad version prefill x3 at low hit ratios"
+        ),
+        pytest.param(("0.33", "0.30"), ("0.05", "0.10"), "WarmingUp", id="demo good cold canary x1.1: held"),
+        pytest.param(("0.5", "0.3"), ("0.40", "0.50"), "Failure", id="x1.67 > bound 1.32 at hits 0.40 vs 0.50"),
+        pytest.param(("50", "1"), ("0.1", "1.0"), "WarmingUp", id="stable misses nothing: any slowdown explicable"),
+        pytest.param(("19", "4.7"), None, "WarmingUp", id="no hit ratio: nothing to normalise, held"),
+        pytest.param(("NaN", "4.7"), ("0.46", "0.83"), "WarmingUp", id="TTFT value unknown: held"),
+        pytest.param(("19", "0"), ("0.46", "0.83"), "WarmingUp", id="stable TTFT zero: no ratio, held"),
+    ],
+)
+def test_cold_ttft_failure_stands_when_the_misses_do_not_explain_it(
+    ttft: tuple[str, str], hits: tuple[str, str] | None, want: str
+) -> None:
+    got = a.warm_up_verdicts(ttft_case(ttft, hits), GATES, WARM, T0, T0 + timedelta(seconds=60))
+    assert kinds(got)["ttft"] == want
+    if want == "Failure":
+        assert "not a cold cache" in got[0].condition
+
+
+@pytest.mark.parametrize(
+    ("canary_hits", "stable_hits", "slack", "want"),
+    [
+        pytest.param(0.46, 0.83, 110, 0.54 / 0.17 * 1.1, id="W5"),
+        pytest.param(0.9, 0.5, 110, 1.1, id="warmer canary: slack only"),
+        pytest.param(0.2, 0.5, 150, 1.6 * 1.5, id="compare's maxMeanRatioPercent is the slack"),
+        pytest.param(0.0, 1.0, 110, float("inf"), id="stable misses nothing"),
+    ],
+)
+def test_cold_ttft_bound(canary_hits: float, stable_hits: float, slack: float, want: float) -> None:
+    assert a.cold_ttft_bound(canary_hits, stable_hits, slack) == pytest.approx(want)
+
+
+def test_gate_without_compare_gets_the_default_slack() -> None:
+    gates = [
+        MetricGate.model_validate(
+            {"name": "ttft", "template": "TTFTP90", "successCondition": "result <= baseline * 2"}
+        ),
+        GATES[3],
+    ]
+    held = a.warm_up_verdicts(ttft_case(("1.0", "0.9"), ("0.1", "0.2")), gates, WARM, T0, T0 + timedelta(seconds=60))
+    stands = a.warm_up_verdicts(ttft_case(("1.2", "0.9"), ("0.1", "0.2")), gates, WARM, T0, T0 + timedelta(seconds=60))
+    # bound (0.9 / 0.8) x 1.1 = 1.2375: x1.11 is held, x1.33 stands
+    assert kinds(held)["ttft"] == "WarmingUp" and kinds(stands)["ttft"] == "Failure"
+
+
+@pytest.mark.parametrize(
+    ("ttft", "want_outcome", "want_failures"),
+    [
+        pytest.param(("0.33", "0.30"), a.Outcome.CONTINUE, 0, id="good cold canary: held, never fails"),
+        pytest.param(("1.36", "0.298"), a.Outcome.FAILED, 2, id="bad cold canary: failed at the 2nd evaluation"),
+    ],
+)
+def test_a_bad_canary_fails_inside_the_warm_up(
+    ttft: tuple[str, str], want_outcome: a.Outcome, want_failures: int
+) -> None:
+    """The example's analysis (interval 30s, initialDelay 60s, failureLimit 1, warmUp maxDuration 5m) with a
+    canary whose hit ratio never nears stable's: the slow one is rolled back at 90 s, not after 5 minutes."""
+    spec = AnalysisSpec.model_validate(
+        {"warmUp": {"hitRatioPercent": 90, "maxDuration": "5m"}, "failureLimit": 1, "interval": "30s"}
+    )
+    progress = AnalysisProgress()
+    outcome = a.Outcome.CONTINUE
+    for t in (60, 90):
+        now = T0 + timedelta(seconds=t)
+        vs = a.warm_up_verdicts(ttft_case(ttft, ("0.05", "0.10")), GATES, spec, T0, now)
+        result = a.evaluate_step(progress, vs, spec, T0, now)
+        progress, outcome = result.progress, result.outcome
+    assert outcome is want_outcome
+    assert progress.failures == want_failures
