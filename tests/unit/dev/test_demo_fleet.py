@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tandem.api.resources import InferencePool
 from tandem_lab.dev import demo
-
-pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[3]
 
