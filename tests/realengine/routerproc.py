@@ -1,0 +1,72 @@
+"""`tandem router` in front of one real prefill/decode pair, for the realengine tier.
+
+Why a module of its own: the session fixtures (conftest.py) and a test that must own the router's whole
+life (the known-vLLM-bug test in test_builder_commands.py, where the first transfer may already fail)
+start it the same way: a one-pair routing table from examples/router/speed-routing.json pointing at the
+real engines, the pair's connector and (Mooncake) the prefill's bootstrap port, then one warm-up request.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import urllib.error
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.realengine.builtpods import BuiltEngine
+from tests.realengine.engines import LOOPBACK, REPO, free_port, post_json, spawn, stop_process, wait_http
+
+ROUTER_READY_TIMEOUT_S = 60.0
+
+
+@contextmanager
+def run_router(
+    prefill: BuiltEngine, decode: BuiltEngine, served_name: str, scratch: Path, logs: Path, connector: str
+) -> Iterator[str]:
+    """The router's URL, once it is ready and one P/D request went through it; stopped on exit."""
+    table = json.loads((REPO / "examples" / "router" / "speed-routing.json").read_text())
+    pair = copy.deepcopy(table["pairs"][0])
+    pair["prefill"] = [{"address": f"{LOOPBACK}:{prefill.engine.port}", "pod": "speed-p0-prefill-0"}]
+    pair["decode"] = [{"address": f"{LOOPBACK}:{decode.engine.port}", "pod": "speed-p0-decode-0"}]
+    pair["kvTransfer"]["connector"] = connector
+    if "VLLM_MOONCAKE_BOOTSTRAP_PORT" in prefill.engine.env:  # the CPU transform's free port for it
+        pair["kvTransfer"]["bootstrapPort"] = int(prefill.engine.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"])
+    table.update(pairs=[pair], servedModelName=served_name)
+    name = f"{prefill.engine.name}-router"
+    path = scratch / f"{name}.json"
+    path.write_text(json.dumps(table))
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+    log = logs / f"{name}.log"
+    argv = [sys.executable, "-m", "tandem.cli", "router", "--routing-table", str(path)]
+    argv += ["--port", str(port), "--metrics-port", str(metrics_port)]
+    proc = spawn(argv, env, log)
+    try:
+        wait_http(f"http://{LOOPBACK}:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
+        url = f"http://{LOOPBACK}:{port}"
+        warm_pd(url, served_name, prefill, decode)
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def warm_pd(router: str, served_name: str, prefill: BuiltEngine, decode: BuiltEngine) -> None:
+    """One P/D request before any test: the decode engine's first request to a prefill engine runs the
+    connector's handshake, and it runs here, once, with nothing else in flight. No retry: a failure fails
+    every test that needs the router, with both engines' log tails."""
+    body = {"model": served_name, "prompt": "def warm(self):", "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    try:
+        out = post_json(f"{router}/v1/completions", body)
+    except (OSError, urllib.error.HTTPError) as exc:
+        pytest.fail(
+            f"the first P/D request through the router failed: {exc}\n"
+            f"--- prefill log ---\n{prefill.engine.tail()}\n--- decode log ---\n{decode.engine.tail()}",
+            pytrace=False,
+        )
+    assert out["usage"]["completion_tokens"] == body["max_tokens"], out
