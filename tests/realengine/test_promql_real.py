@@ -90,14 +90,25 @@ def _wait_for_data(server: PrometheusServer, queries: dict[str, str]) -> dict[st
         time.sleep(SCRAPE_INTERVAL_S)
 
 
+def _wait_for_value(server: PrometheusServer, promql: str, want: float) -> list[float]:
+    """Poll ``promql`` until its one answer is ``want`` (or the deadline passes; the caller asserts). `up` of
+    a target is per scrape: under load a single scrape can time out, and the first scrapes of two targets do
+    not land together, so "both up" is a state to reach, not one instant to sample."""
+    deadline = time.monotonic() + DATA_TIMEOUT_S
+    while True:
+        answer = _finite(server, promql)
+        if answer == [want] or time.monotonic() > deadline:
+            return answer
+        time.sleep(SCRAPE_INTERVAL_S)
+
+
 def test_chart_relabeling_gives_the_engines_the_contract_labels(
     prometheus: PrometheusServer, prefill: BuiltEngine, decode: BuiltEngine
 ) -> None:
     """Exactly the two OpenAI ports are scraped (the side-channel ports are dropped), up, and labelled
     from the pods' own metadata."""
     namespace = prefill.pod["metadata"]["namespace"]
-    answers = _wait_for_data(prometheus, {"up": f'count(up{{namespace="{namespace}"}} == 1)'})
-    assert answers["up"] == [2.0]
+    assert _wait_for_value(prometheus, f'count(up{{namespace="{namespace}"}} == 1)', 2.0) == [2.0]
     series = prometheus.query(f'up{{namespace="{namespace}"}}')["result"]
     got = sorted(tuple(s["metric"].get(label, "") for label in SERIES_LABELS) for s in series)
     want = sorted(
@@ -124,7 +135,7 @@ def test_gate_and_autoscaler_queries_return_data(
         meta["labels"][LABEL_REVISION],
     )
     up = f'up{{namespace="{namespace}",pool="{pool}"}}'
-    assert _wait_for_data(prometheus, {"up": f"sum({up})"})["up"] == [2.0]
+    assert _wait_for_value(prometheus, f"sum({up})", 2.0) == [2.0]
     time.sleep(2 * SCRAPE_INTERVAL_S)  # a sample of every counter before the traffic, so rate() sees it grow
     for prompt in [*PROMPTS, *PROMPTS]:  # each twice: the second pass hits the prefill's prefix cache
         body = {"model": served_name, "prompt": prompt, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
