@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -122,21 +121,6 @@ def make_table(pairs: list[Pair], **fields: Any) -> RoutingTable:
         "pairs": tuple(pairs),
     }
     return RoutingTable(**(base | fields))
-
-
-@pytest.fixture
-async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        await lab.close()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-        yield session
 
 
 def winner(table: RoutingTable, prompt: str) -> str:

@@ -1,1 +1,1 @@
-"""tandem.dev."""
+"""tandem_lab.dev: the local control plane, engine doubles, metric exporter, demo and benchmarks' kit."""
