@@ -560,3 +560,155 @@ def test_copies_worked_example_of_the_module_docstring() -> None:
     assert len(src._streams) == 15
     faster = ArrivalSource(wl, rate=50.0, speedup=4.0, seed=1, key_blocks=2, epoch=0.0)
     assert faster.copies == pytest.approx(3.7, abs=0.05)
+
+
+# --- external routing (a real router chooses the pods; tandem_lab.dev.livefront) -----------------
+
+
+@dataclass
+class Legs:
+    """What the model told one request's legs (the callbacks a data plane passes)."""
+
+    prefilled: list[bool] = field(default_factory=list)
+    first_at: list[float] = field(default_factory=list)
+    done: list[int | None] = field(default_factory=list)
+
+
+def enter_both(fleet: LiveFleet, serial: int, pair: int, legs: Legs, *, decode_first: bool = False) -> None:
+    """Send request ``serial``'s legs to pair ``pair``'s pods (decode while the prefill runs, as Mooncake does)."""
+    prefill = (NS, pod_name(pair, "prefill"), legs.prefilled.append)
+    decode = (NS, pod_name(pair, "decode"), legs.first_at.append, legs.done.append)
+    assert fleet.enter_prefill(serial, *prefill) is None
+    assert fleet.enter_decode(serial, *decode) is None
+
+
+def test_external_routing_holds_arrivals_for_the_client_and_routes_nothing_itself() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1", "r1"]), external_routing=True)
+    run(fleet, clock, 5.0)
+    arrivals = list(fleet.outbox)
+    assert len(arrivals) == fleet.stats().arrivals > 10
+    assert [s for s, _ in arrivals] == sorted(s for s, _ in arrivals)
+    assert requests_on(fleet, 0) == requests_on(fleet, 1) == 0
+    assert fleet.stats().routed == 0
+
+
+def test_external_legs_follow_the_pods_the_router_chose_and_report_their_times() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1", "r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serials = [s for s, _ in fleet.outbox]
+    fleet.outbox.clear()
+    legs = {s: Legs() for s in serials}
+    for s in serials:
+        enter_both(fleet, s, 1, legs[s])  # the router put every request on pair 1
+    run(fleet, clock, 60.0)
+    assert requests_on(fleet, 1) == len(serials) and requests_on(fleet, 0) == 0
+    for s in serials:
+        got = legs[s]
+        assert got.prefilled == [True]
+        assert len(got.first_at) == 1 and got.done == [64]  # the workload's output tokens
+    assert metrics(fleet, 1, "decode").histograms[TTFT].count == len(serials)
+    assert fleet.stats().completed == len(serials)
+
+
+def test_external_decode_sent_after_the_prefill_still_joins() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs = Legs()
+    assert fleet.enter_prefill(serial, NS, pod_name(0, "prefill"), legs.prefilled.append) is None
+    run(fleet, clock, 10.0)
+    assert legs.prefilled == [True] and legs.done == []
+    assert fleet.enter_decode(serial, NS, pod_name(0, "decode"), legs.first_at.append, legs.done.append) is None
+    run(fleet, clock, 10.0)
+    assert legs.done == [64]
+
+
+@pytest.mark.parametrize(
+    ("serial_offset", "pod", "want"),
+    [
+        pytest.param(10_000, pod_name(0, "prefill"), "not waiting", id="unknown serial"),
+        pytest.param(0, pod_name(0, "decode"), "not a live prefill pod", id="decode pod for a prefill leg"),
+        pytest.param(0, "gone-pod", "not a live prefill pod", id="pod the model does not know"),
+    ],
+)
+def test_external_prefill_leg_the_model_cannot_take_says_why(serial_offset: int, pod: str, want: str) -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0] + serial_offset
+    why = fleet.enter_prefill(serial, NS, pod, lambda ok: None)
+    assert why is not None and want in why
+
+
+def test_external_decode_leg_before_its_prefill_leg_waits_for_it() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs = Legs()
+    assert fleet.enter_decode(serial, NS, pod_name(0, "decode"), legs.first_at.append, legs.done.append) is None
+    run(fleet, clock, 5.0)
+    assert legs.done == []
+    assert fleet.enter_prefill(serial, NS, pod_name(0, "prefill"), legs.prefilled.append) is None
+    run(fleet, clock, 20.0)
+    assert legs.prefilled == [True] and legs.done == [64]
+
+
+def test_external_decode_leg_whose_prefill_never_came_ends_failed_on_release() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs = Legs()
+    assert fleet.enter_decode(serial, NS, pod_name(0, "decode"), legs.first_at.append, legs.done.append) is None
+    fleet.release(serial, rejected=True)
+    assert legs.done == [None]
+    assert fleet._pods[(NS, pod_name(0, "decode"))].incoming == 0
+
+
+def test_external_second_prefill_leg_is_refused_and_the_first_runs_on() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1", "r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs = Legs()
+    enter_both(fleet, serial, 0, legs)
+    why = fleet.enter_prefill(serial, NS, pod_name(1, "prefill"), lambda ok: None)
+    assert why is not None and "already has a prefill leg" in why
+    run(fleet, clock, 30.0)
+    assert legs.done == [64]
+
+
+def test_external_pod_that_vanishes_fails_its_legs() -> None:
+    spec = FleetSpec(["r1", "r1"])
+    fleet, clock = make_fleet(spec, external_routing=True)
+    run(fleet, clock, 1.0)
+    serials = [s for s, _ in fleet.outbox]
+    legs = {s: Legs() for s in serials}
+    for s in serials:
+        enter_both(fleet, s, 0, legs[s])
+    fleet.sync([FleetSpec(["r1", "r1"], missing_pods=[0]).table()], FleetSpec(["r1", "r1"], missing_pods=[0]).pods())
+    assert all(legs[s].done == [None] for s in serials)
+    assert all(legs[s].prefilled in ([False], [True]) for s in serials)
+    assert fleet.stats().failed == len(serials)
+
+
+@pytest.mark.parametrize(
+    ("rejected", "counter"),
+    [pytest.param(True, "rejected", id="router refused it"), pytest.param(False, "failed", id="never reached")],
+)
+def test_external_release_of_a_request_no_engine_saw(rejected: bool, counter: str) -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    fleet.release(serial, rejected=rejected)
+    assert getattr(fleet.stats(), counter) == 1
+    assert fleet.enter_prefill(serial, NS, pod_name(0, "prefill"), lambda ok: None) is not None
+
+
+def test_external_release_after_prefill_without_decode_frees_the_pair() -> None:
+    fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs = Legs()
+    assert fleet.enter_prefill(serial, NS, pod_name(0, "prefill"), legs.prefilled.append) is None
+    run(fleet, clock, 10.0)
+    assert fleet.stats().pools[0].in_flight == 1
+    fleet.release(serial, rejected=False)
+    assert fleet.stats().pools[0].in_flight == 0 and fleet.stats().failed == 1

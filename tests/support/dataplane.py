@@ -20,11 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -35,93 +30,32 @@ from typing import Any, TypeVar
 
 from tandem.routing import RoutingTable
 from tandem_lab.dev.enginedouble import EngineDouble
-from tests.support.tandem_cluster import LOGS, REPO, free_port, wait_until
+from tandem_lab.dev.kit import ROUTER_SERVICE, host_address, router_endpoint_slice
+from tandem_lab.dev.kit import RouterProcess as KitRouterProcess
+from tests.support.tandem_cluster import LOGS, REPO
 
 T = TypeVar("T")
-ROUTER_SERVICE = "tandem-router"
-METRICS_PORT_NAME = "metrics"
-
-
-def host_address() -> str:
-    """This machine's first non-loopback IPv4 address (the route to a public address; nothing is sent)."""
-    for probe in ("10.255.255.255", "192.0.2.255", "198.51.100.1"):
-        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((probe, 9))
-            address = str(sock.getsockname()[0])
-            if not address.startswith("127."):
-                return address
-    raise AssertionError("no non-loopback IPv4 address: an EndpointSlice cannot name a loopback router")
-
-
-def router_endpoint_slice(namespace: str, address: str, metrics_port: int) -> dict[str, Any]:
-    """One EndpointSlice for the router Service ``tandem-router`` with one endpoint (the local router)."""
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{ROUTER_SERVICE}-local",
-            "namespace": namespace,
-            "labels": {
-                "kubernetes.io/service-name": ROUTER_SERVICE,
-                "endpointslice.kubernetes.io/managed-by": "tests.tandem.dev",
-            },
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": METRICS_PORT_NAME, "port": metrics_port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-    }
+__all__ = ["ROUTER_SERVICE", "LoopbackDoubles", "RouterProcess", "host_address", "router_endpoint_slice"]
 
 
 @dataclass
-class RouterProcess:
-    """`tandem router` watching one namespace's routing tables."""
+class RouterProcess(KitRouterProcess):
+    """:class:`tandem_lab.dev.kit.RouterProcess` for a test: its health listener on :func:`host_address`,
+    ``--prefill-timeout=10``, the log in ``.logs/router-<name>.log``, and :meth:`admin` for its JSON pages."""
 
-    kubeconfig: Path
-    namespace: str
+    kubeconfig: Path = Path()
+    namespace: str = ""
+    log_path: Path = Path()
     name: str = "router"
     metrics_host: str = field(default_factory=host_address)
-    port: int = 0
-    metrics_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
-    extra_args: tuple[str, ...] = ()
 
-    def start(self) -> RouterProcess:
+    def start(self, timeout_s: float = 60.0) -> RouterProcess:
         LOGS.mkdir(exist_ok=True)
-        self.port = free_port()
-        self.metrics_port = free_port()
         self.log_path = LOGS / f"router-{self.name}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "tandem.cli",
-            "router",
-            f"--namespace={self.namespace}",
-            f"--kubeconfig={self.kubeconfig}",
-            "--host=127.0.0.1",
-            f"--port={self.port}",
-            f"--metrics-host={self.metrics_host}",
-            f"--metrics-port={self.metrics_port}",
-            "--prefill-timeout=10",
-            *self.extra_args,
-        ]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO
-            )
-        wait_until("the router's health listener", self._alive, timeout_s=60)
+        self.cwd = REPO
+        self.extra_args = ("--prefill-timeout=10", *self.extra_args)
+        super().start(timeout_s)
         return self
-
-    def _alive(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"router exited early; see {self.log_path}:\n{self.logs()[-3000:]}")
-        with contextlib.suppress(OSError), socket.create_connection((self.metrics_host, self.metrics_port), 1):
-            return True
-        return False
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def admin(self, path: str) -> tuple[int, Any]:
         url = f"http://{self.metrics_host}:{self.metrics_port}{path}"
@@ -130,18 +64,6 @@ class RouterProcess:
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             return exc.code, None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
 
 class LoopbackDoubles:

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,13 @@ KWOKCTL_CONFIG_API = "config.kwok.x-k8s.io/v1alpha1"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 
 Progress = Callable[[str], None]
+
+
+def loopback_pod_cidr(index: int) -> str:
+    """Node ``index``'s loopback pod CIDR (127.128.0.0/9: apart from the test kit's 127.64.0.0/10 range)."""
+    if not 0 <= index < 256 * 127:
+        raise ValueError(f"node index {index} has no loopback pod CIDR")
+    return f"127.{128 + index // 256}.{index % 256}.0/24"
 
 
 class ClusterError(RuntimeError):
@@ -84,6 +91,9 @@ class ClusterOptions:
     lookback_delta: str = DEFAULT_LOOKBACK_DELTA
     kubeconfig: Path | None = None  # default <state_dir>/kubeconfig
     wait_s: float = 180.0
+    loopback_pods: bool = False
+    """Give node ``i`` the pod CIDR ``127.(128 + i // 256).(i % 256).0/24`` (:func:`loopback_pod_cidr`), so the
+    addresses KWOK gives engine pods can be served by local processes (the demo's engine doubles)."""
 
     def validate(self) -> None:
         if not _NAME.match(self.name):
@@ -448,6 +458,8 @@ def up(
             nodes_per_rack=options.nodes_per_rack,
             kubelet_version=toolchain.versions.k8s,
         )
+        if options.loopback_pods:
+            specs = [replace(spec, pod_cidr=loopback_pod_cidr(i)) for i, spec in enumerate(specs)]
         if specs:
             progress(
                 f"adding {len(specs)} × {options.product} nodes ({options.gpus_per_node} GPUs each) in "

@@ -3,10 +3,14 @@
 What it owns: the demo's script, in order —
 1. a local control plane (`tandem dev cluster up`: etcd, kube-apiserver, controller-manager, scheduler,
    KWOK MI325X nodes, Prometheus scraping every second), Tandem's CRDs;
-2. engine metrics: the simulator's live mode (`tandem sim live`) replays the Mooncake conversation trace
-   through the pools' published routing tables (hash-bias routing, bounded-load walk), simulates each
-   engine pod's queues and prefix cache, and serves vLLM-named metrics per pod to the real Prometheus;
-   stack versions get their own behaviour (a bad one has a slower prefill);
+2. traffic through the router: `tandem router` (a child process) watches the pools' routing tables; the
+   Mooncake conversation trace is replayed as real streamed completions sent to it
+   (:mod:`tandem_lab.dev.livefront`); the router classifies each, hashes its prefix onto a pair, walks on
+   fast rejects and drives the prefill and decode legs to engine doubles listening on the engine pods'
+   own addresses (the nodes get loopback pod CIDRs). The simulator's live mode (`tandem sim live`) paces
+   those doubles — each pod's queues, prefix cache and batching decide when a leg answers — and serves
+   vLLM-named metrics per pod to the real Prometheus (the router's own metrics are scraped too); stack
+   versions get their own behaviour (a bad one has a slower prefill);
 3. the operator (`tandem run`, a child process) pointed at that Prometheus;
 4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
 5. the story: pairs come up; load rises and the speed pool scales; a good stack version walks its
@@ -34,8 +38,9 @@ from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
 from tandem.core.cachewiring import wiring_from_cache
 from tandem_lab.dev import cluster as devcluster
-from tandem_lab.dev.kit import OperatorProcess
+from tandem_lab.dev.kit import ROUTER_SERVICE, OperatorProcess, RouterProcess, host_address, router_endpoint_slice
 from tandem_lab.dev.kube import Kubectl, KubectlError
+from tandem_lab.dev.livefront import LiveFront
 from tandem_lab.dev.simlive import LiveMetrics, load_workload
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.live import LiveOptions
@@ -59,8 +64,9 @@ LOW_RATE, HIGH_RATE = 20.0, 60.0
 # good version pass. At 8× the canary pair reaches stable's hit ratio (~0.25) one window after it starts
 # serving (measured offline with the live model: 0.57, 0.92, 1.15, 1.15, 1.06 × stable in 30 s windows).
 TRACE_SPEEDUP = 8.0
-PROMOTION_WAIT_S = 600.0
-"""Two analysis steps of the example's analysis (initialDelay 60 s + 3 × 30 s streak each) plus the pairs."""
+PROMOTION_WAIT_S = 720.0
+"""Two analysis steps of the example's analysis (initialDelay 60 s + 3 × 30 s streak each) plus the pairs
+(447 s measured with the traffic through the router)."""
 ROLLBACK_WAIT_S = 300.0
 BAD_TTFT = 3.0
 
@@ -84,7 +90,9 @@ def demo_fleet() -> list[dict[str, Any]]:
     speed = yaml.safe_load((EXAMPLES / "speed-pool.yaml").read_text())
     spec = speed["spec"]
     spec["stack"].update({"version": "v32", "image": image("v32")})
-    spec["pairs"].update({"replicas": 4, "drainTimeout": "3s"})
+    # drainTimeout is a bound: the operator deletes a draining pair as soon as the router reports no open
+    # streams on it (the router's EndpointSlice below), which takes seconds here.
+    spec["pairs"].update({"replicas": 4, "drainTimeout": "30s"})
     spec["placement"]["gpuBudget"] = 96
     spec["autoscaling"].update(
         {
@@ -130,6 +138,7 @@ class Demo:
     kube: Kubectl
     state: devcluster.ClusterState
     exporter: LiveMetrics
+    front: LiveFront | None = None
     timeline: list[tuple[float, str]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
@@ -198,6 +207,11 @@ def _progress_printer(demo: Demo, pool: str) -> Callable[[], None]:
     return tick
 
 
+def _outcomes(front: LiveFront) -> str:
+    counts = front.outcome_counts()
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none yet"
+
+
 def run_story(demo: Demo) -> dict[str, Any]:
     fleet = demo_fleet()
     cache, speed = fleet[0], fleet[1]
@@ -214,7 +228,6 @@ def run_story(demo: Demo) -> dict[str, Any]:
         ),
         timeout_s=120,
     )
-    demo.exporter.set_rate(LOW_RATE)
     for obj in fleet[1:]:
         demo.apply(obj)
     tick = _progress_printer(demo, "speed")
@@ -232,6 +245,11 @@ def run_story(demo: Demo) -> dict[str, Any]:
         demo.kube.json("get", "mooncakecaches.tandem.dev", "fleet-cache", "-n", NAMESPACE, "-o", "json").get("status")
         or {}
     )
+    demo.exporter.set_rate(LOW_RATE)  # from now on: before, the router had no pair to send to
+    if demo.front is not None:
+        front = demo.front
+        demo.wait("completions through the router", lambda: front.outcome_counts().get("ok", 0) >= 20, timeout_s=120)
+        demo.mark(f"traffic flows through tandem router: {_outcomes(front)}")
     demo.mark(
         f"fleet Ready: speed 4/4 pairs (one per MI325X node), long-context 1 (2P:1D), images 1; "
         f"cache stores {cache_status.get('stores', '?')} with {cache_status.get('capacity', '?')}"
@@ -341,7 +359,9 @@ def run_demo(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace, name: str) -> int:
     say("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK) + Prometheus")
     state = devcluster.up(
-        devcluster.ClusterOptions(name=name, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0),
+        devcluster.ClusterOptions(
+            name=name, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0, loopback_pods=True
+        ),
         progress=say,
     )
     kube = state.kube()
@@ -366,12 +386,31 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
             key_blocks=2,
             capacity_scale=8.0,
             images_share=0.02,
+            external_routing=True,
         ),
         params=params,
         prefix="demo",
         progress=lambda line: say(f"  traffic: {line}"),
         progress_every_s=30.0,
     ).start()
+    router_log = Path(state.state_dir) / "router.log"
+    say(f"starting tandem router (watches the routing tables of namespace {NAMESPACE}), log: {router_log}")
+    # Its health listener is on this machine's address (an EndpointSlice may not name loopback), so the
+    # operator finds it as the router Service's one replica and asks it for open streams before it deletes
+    # a draining pair (`--router-service`).
+    router = RouterProcess(
+        kubeconfig=Path(state.kubeconfig),
+        namespace=NAMESPACE,
+        log_path=router_log,
+        cwd=REPO,
+        metrics_host=host_address(),
+    )
+    router.start()
+    kube.apply(router_endpoint_slice(NAMESPACE, router.metrics_host, router.metrics_port))
+    prometheus.add_target("demo-router", [f"{router.metrics_host}:{router.metrics_port}"], {"job": "tandem-router"})
+    served = demo_fleet()[1]["spec"]["model"]["servedName"]
+    front = LiveFront(exporter, router.url, model=served).start()
+    say(f"the trace's requests go to {router.url} as streamed completions; engine doubles answer on pod addresses")
     log_path = Path(state.state_dir) / "operator.log"
     say(f"starting the operator (tandem run), log: {log_path}")
     operator = OperatorProcess(
@@ -380,8 +419,9 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
         log_path=log_path,
         prometheus_url=prometheus.url,
         scrape_interval_s=1.0,
+        extra_args=[f"--router-service={NAMESPACE}/{ROUTER_SERVICE}"],
     ).start()
-    demo = Demo(kube=kube, state=state, exporter=exporter)
+    demo = Demo(kube=kube, state=state, exporter=exporter, front=front)
     code = 0
     try:
         result = run_story(demo)
@@ -390,6 +430,8 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
         result = {}
         code = 1
     finally:
+        front.stop()
+        router.stop()
         operator.stop(timeout_s=30)
         exporter.stop()
     summary(demo, result, state, teardown=args.ci)
@@ -406,6 +448,8 @@ def summary(demo: Demo, result: dict[str, Any], state: devcluster.ClusterState, 
         for row in result["scorecard"]:
             numbers = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("version", "revision", "updatedAt"))
             print(f"  scorecard {row['version']}: {numbers}")
+    if demo.front is not None:
+        print(f"  requests sent through tandem router, by client outcome: {_outcomes(demo.front)}")
     print()
     if teardown:
         return

@@ -28,6 +28,11 @@ without GPUs.
   :attr:`Behaviour.kv_usage` pins it. :attr:`Behaviour.metrics_status` / ``metrics_stall_s`` break the
   page for scrape-failure tests.
 - Every completion request is recorded (:attr:`EngineDouble.requests`: path, headers, JSON body).
+- **Pacing** (:attr:`EngineDouble.pacer`): a model can decide when each leg answers instead (the demo's
+  live fleet model, :mod:`tandem_lab.dev.livefront`): a prefill answers when the model's prefill is done;
+  a decode sends its first token when the model's first token is due and ends, with ``usage`` carrying
+  the model's output token count, when the model's decode is done (two token events, not hundreds: the
+  router counts tokens from ``usage``). A leg the model fails is cut or answered 500.
 
 Must not: bind anything but loopback by default, or talk to Kubernetes.
 Run one: ``python -m tandem_lab.dev.enginedouble --port 8100`` (``--help`` for the knobs).
@@ -42,9 +47,9 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -73,6 +78,25 @@ class Behaviour:
     """Answer ``/metrics`` with this status (a broken scrape)."""
     metrics_stall_s: float = 0.0
     """Wait this long before answering ``/metrics`` (a scrape timeout)."""
+
+
+@dataclass(frozen=True)
+class Paced:
+    """A model's answer to one leg (module docstring, Pacing)."""
+
+    status: int | None = None
+    """Answer this HTTP status at once (the model cannot take the leg); ``message`` says why."""
+    message: str = ""
+    first: Awaitable[bool] | None = None
+    """Decode: resolves True when the first token is due, False when the request failed before it."""
+    done: Awaitable[int | None] | None = None
+    """Resolves with the output token count when the leg is done (a prefill: any int), None if it failed."""
+
+
+class Pacer(Protocol):
+    """Decides when a double's legs answer; called once per completion request, on the double's loop."""
+
+    def pace(self, double: EngineDouble, request_id: str, prefill: bool) -> Paced: ...
 
 
 @dataclass(frozen=True)
@@ -126,6 +150,12 @@ class EngineDouble:
     max_num_seqs: int | None = None
     """Completions answered at once (vLLM ``--max-num-seqs``); more wait (``num_requests_waiting``)."""
     behaviour: Behaviour = field(default_factory=Behaviour)
+    pacer: Pacer | None = None
+    """A model that decides when legs answer (module docstring, Pacing); None: answer at once."""
+    record: bool = True
+    """Keep every completion request in :attr:`requests` (off for long runs: bodies add up)."""
+    metrics_page: Callable[[], bytes] | None = None
+    """Serve this page at ``/metrics`` instead of the double's own gauges (a model's view of the pod)."""
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     requests: list[Recorded] = field(default_factory=list)
     running: int = 0
@@ -210,6 +240,8 @@ class EngineDouble:
             await asyncio.sleep(b.metrics_stall_s)
         if b.metrics_status is not None:
             return web.Response(status=b.metrics_status, text="scripted failure")
+        if self.metrics_page is not None:
+            return web.Response(body=self.metrics_page(), content_type="text/plain")
         return web.Response(text=self.metrics_text(), content_type="text/plain")
 
     async def _query(self, _: web.Request) -> web.Response:
@@ -229,7 +261,8 @@ class EngineDouble:
             return _error(400, "body is not JSON")
         if not isinstance(body, dict):
             return _error(400, "body must be an object")
-        self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        if self.record:
+            self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
         b = self.behaviour
         if b.stall_s and await self._stall(request, b.stall_s):
             self.aborted += 1
@@ -250,12 +283,21 @@ class EngineDouble:
             return web.Response(status=500)
         kv = body.get("kv_transfer_params")
         out_params: Any = None
-        if isinstance(kv, dict) and kv.get("do_remote_decode"):
-            max_tokens = 1
-            out_params = self._prefill_params(kv, request.headers.get("X-Request-Id") or uuid.uuid4().hex)
-        tokens = output_tokens(prompt_key(body), max_tokens)
         chat = request.path.endswith("/chat/completions")
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        prefill = isinstance(kv, dict) and bool(kv.get("do_remote_decode"))
+        if isinstance(kv, dict) and prefill:
+            max_tokens = 1
+            out_params = self._prefill_params(kv, request_id)
+        if self.pacer is not None:
+            paced = self.pacer.pace(self, request_id, prefill)
+            if paced.status is not None:
+                return _error(paced.status, paced.message)
+            if not prefill:
+                return await self._paced_decode(request, paced, chat, request_id, body, stream)
+            if paced.done is not None and await paced.done is None:
+                return _error(500, f"{self.name}: the prefill failed")
+        tokens = output_tokens(prompt_key(body), max_tokens)
         await self._take_slot()
         self.max_running = max(self.max_running, self.running)
         try:
@@ -264,6 +306,64 @@ class EngineDouble:
             return web.json_response(self._whole(tokens, chat, request_id, out_params, body))
         finally:
             await self._release_slot()
+
+    async def _paced_decode(
+        self, request: web.Request, paced: Paced, chat: bool, request_id: str, body: Mapping[str, Any], stream: bool
+    ) -> web.StreamResponse:
+        """A decode leg timed by the pacer: first token when due, the rest (in one event, counted by
+        ``usage``) when done; a failure cuts the stream (or answers 500 when not streamed)."""
+        tokens = output_tokens(prompt_key(body), 2)
+        self.running += 1
+        try:
+            if not stream:
+                n = await paced.done if paced.done is not None else 2
+                if n is None:
+                    return _error(500, f"{self.name}: the request failed")
+                whole = self._whole(tokens, chat, request_id, None, body)
+                whole["usage"]["completion_tokens"] = n
+                return web.json_response(whole)
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            try:
+                ok = await paced.first if paced.first is not None else True
+                if ok:
+                    await response.write(self._chunk(tokens[0], 0, chat, request_id, last=False))
+                n = await paced.done if ok and paced.done is not None else (2 if ok else None)
+                if n is None:
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return response
+                usage = {"prompt_tokens": len(prompt_key(body)) // 4, "completion_tokens": n}
+                await response.write(self._chunk(tokens[1], 1, chat, request_id, last=True, usage=usage))
+                await response.write(b"data: [DONE]\n\n")
+                await response.write_eof()
+            except ConnectionError:  # the router closed the leg (its client left, or it aborted the decode)
+                self.aborted += 1
+            return response
+        finally:
+            self.running -= 1
+
+    def _chunk(
+        self, token: str, i: int, chat: bool, request_id: str, *, last: bool, usage: Any = None, params: Any = None
+    ) -> bytes:
+        """One SSE event of a streamed answer, shaped as vLLM's."""
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
+        if chat:
+            choice["delta"] = {"role": "assistant", "content": token} if i == 0 else {"content": token}
+        else:
+            choice |= {"text": token, "logprobs": None}
+        chunk: dict[str, Any] = {
+            "id": ("chatcmpl-" if chat else "cmpl-") + request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 0,
+            "model": self.model,
+            "choices": [choice],
+        }
+        if last and params is not None:
+            chunk["kv_transfer_params"] = params
+        if usage is not None:
+            chunk["usage"] = usage
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
     async def _take_slot(self) -> None:
         """Become running, waiting first while ``max_num_seqs`` completions run."""
@@ -339,8 +439,6 @@ class EngineDouble:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        ident = ("chatcmpl-" if chat else "cmpl-") + request_id
         b = self.behaviour
         for i, token in enumerate(tokens):
             if b.die_after_tokens is not None and i >= b.die_after_tokens:
@@ -350,15 +448,7 @@ class EngineDouble:
             if b.tokens_per_s and i:
                 await asyncio.sleep(1.0 / b.tokens_per_s)
             last = i == len(tokens) - 1
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
-            if chat:
-                choice["delta"] = {"role": "assistant", "content": token} if i == 0 else {"content": token}
-            else:
-                choice |= {"text": token, "logprobs": None}
-            chunk: dict[str, Any] = {"id": ident, "object": obj, "created": 0, "model": self.model, "choices": [choice]}
-            if last and params is not None:
-                chunk["kv_transfer_params"] = params
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await response.write(self._chunk(token, i, chat, request_id, last=last, params=params))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -256,3 +256,122 @@ class NodeGroup:
                 "delete", "nodes", "-l", f"{self.label}={self.group}", f"--wait={str(wait).lower()}", timeout_s=180
             )
             self.names = []
+
+
+ROUTER_SERVICE = "tandem-router"
+METRICS_PORT_NAME = "metrics"
+
+
+def host_address() -> str:
+    """This machine's first non-loopback IPv4 address (the route to a public address; nothing is sent)."""
+    for probe in ("10.255.255.255", "192.0.2.255", "198.51.100.1"):
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((probe, 9))
+            address = str(sock.getsockname()[0])
+            if not address.startswith("127."):
+                return address
+    raise AssertionError("no non-loopback IPv4 address: an EndpointSlice cannot name a loopback router")
+
+
+def router_endpoint_slice(namespace: str, address: str, metrics_port: int) -> dict[str, Any]:
+    """One EndpointSlice for the router Service ``tandem-router`` with one endpoint (the local router)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{ROUTER_SERVICE}-local",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": ROUTER_SERVICE,
+                "endpointslice.kubernetes.io/managed-by": "lab.tandem.dev",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": METRICS_PORT_NAME, "port": metrics_port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+    }
+
+
+@dataclass
+class RouterProcess:
+    """``tandem router`` watching one namespace's routing tables, as a child process.
+
+    Requests on ``127.0.0.1:<port>``; the health/metrics listener on ``metrics_host`` (a cluster test puts it
+    on an address an EndpointSlice accepts, so the operator's drain loop can ask it for open streams). Used
+    by the demo (its traffic goes through this router) and the cluster tests.
+    """
+
+    kubeconfig: Path
+    namespace: str
+    log_path: Path
+    metrics_host: str = "127.0.0.1"
+    extra_args: tuple[str, ...] = ()
+    cwd: Path | None = None
+    port: int = 0
+    metrics_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> RouterProcess:
+        self.port = free_port()
+        self.metrics_port = free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "router",
+            f"--namespace={self.namespace}",
+            f"--kubeconfig={self.kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={self.port}",
+            f"--metrics-host={self.metrics_host}",
+            f"--metrics-port={self.metrics_port}",
+            *self.extra_args,
+        ]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                cwd=self.cwd,
+            )
+        deadline = time.monotonic() + timeout_s
+        while not self.alive():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"router not live after {timeout_s:.0f} s; see {self.log_path}")
+            time.sleep(0.2)
+        return self
+
+    def alive(self) -> bool:
+        """Its health listener accepts a connection; raises if the process has exited (with its log's tail)."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"the router exited early; see {self.log_path}:\n{self.logs()[-3000:]}")
+        with contextlib.suppress(OSError), socket.create_connection((self.metrics_host, self.metrics_port), 1):
+            return True
+        return False
+
+    def ready(self) -> bool:
+        """``/ready`` answers 200: its tables are loaded and its request port accepts."""
+        url = f"http://{self.metrics_host}:{self.metrics_port}/ready"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+        return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM (the router drains its open streams), escalated to SIGKILL after ``timeout_s``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

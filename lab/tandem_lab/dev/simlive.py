@@ -75,6 +75,7 @@ from tandem_lab.sim.live import (
     TPOT,
     TTFT,
     WAITING,
+    Arrival,
     Behaviour,
     FleetStats,
     LiveFleet,
@@ -365,6 +366,8 @@ class LiveMetrics:
         self._last = self._first
         self._cpu0 = time.process_time()
         self._wall0 = time.monotonic()
+        self.table_listeners: list[Callable[[Sequence[RoutingTable]], None]] = []
+        """Called after every poll with the tables read (the data plane starts its engine doubles)."""
 
     # -- control (the exporter's shape) --
 
@@ -393,6 +396,36 @@ class LiveMetrics:
         with self._lock:
             return self.fleet.behaviours()
 
+    # -- external routing (LiveOptions.external_routing; tandem_lab.dev.livefront) --
+
+    def take_arrivals(self) -> list[tuple[int, Arrival]]:
+        """The arrivals due by now that a client must send through the router, oldest first."""
+        with self._lock:
+            self.fleet.advance()
+            box = self.fleet.outbox
+            taken = list(box)
+            box.clear()
+            return taken
+
+    def enter_prefill(self, sid: int, namespace: str, pod: str, on_done: Callable[[bool], None]) -> str | None:
+        with self._lock:
+            return self.fleet.enter_prefill(sid, namespace, pod, on_done)
+
+    def enter_decode(
+        self,
+        sid: int,
+        namespace: str,
+        pod: str,
+        on_first: Callable[[float], None],
+        on_done: Callable[[int | None], None],
+    ) -> str | None:
+        with self._lock:
+            return self.fleet.enter_decode(sid, namespace, pod, on_first, on_done)
+
+    def release(self, sid: int, *, rejected: bool) -> None:
+        with self._lock:
+            self.fleet.release(sid, rejected=rejected)
+
     # -- cluster --
 
     def sync(self) -> int:
@@ -400,6 +433,8 @@ class LiveMetrics:
         tables, pods = observe_cluster(self.kube, self.namespaces)
         with self._lock:
             self.fleet.sync(tables, pods)
+        for listener in self.table_listeners:
+            listener(tables)
         wanted = {(p.namespace, p.name): p for p in pods}
         if self.registry is not None and self._server is not None:
             for key, pod in list(self._registered.items()):

@@ -236,6 +236,10 @@ class LiveOptions:
     shared-tier transfers (the router's RTT does not) — so a local cluster of a few pairs absorbs a
     trace at tens of requests per second with TTFT made of the same parts. 1 = the physics of
     ``params.yaml`` (an illustrative 1 T MoE on 4 × MI325X: ~2 conversation-trace prefills/s)."""
+    external_routing: bool = False
+    """A real router routes the arrivals (``tandem_lab.dev.livefront``): they wait in
+    :attr:`LiveFleet.outbox` for a client to send them, and come back as legs on the pods the router chose
+    (:meth:`LiveFleet.enter_prefill`, :meth:`LiveFleet.enter_decode`); the model's own step 2 is skipped."""
 
     def validated(self) -> LiveOptions:
         if not math.isfinite(self.rate) or self.rate < 0:
@@ -525,6 +529,9 @@ class _Req:
         "dpod",
         "local_run",
         "local_tokens",
+        "on_done",
+        "on_first",
+        "on_prefill",
         "pair",
         "ppod",
         "queued",
@@ -534,6 +541,7 @@ class _Req:
         "t_admit",
         "t_first",
         "t_join",
+        "t_ready",
         "t_start",
         "v_finish",
         "walk_delay",
@@ -557,6 +565,12 @@ class _Req:
         self.t_admit = 0.0
         self.t_first = 0.0
         self.v_finish = 0.0
+        # External routing (LiveOptions.external_routing): when the KV reaches decode (None: prefill not
+        # done) and the legs' callbacks, called under the caller's lock from whichever thread advances.
+        self.t_ready: float | None = None
+        self.on_prefill: Callable[[bool], None] | None = None
+        self.on_first: Callable[[float], None] | None = None
+        self.on_done: Callable[[int | None], None] | None = None
 
 
 class _Pod:
@@ -755,6 +769,11 @@ class LiveFleet:
             0,
         )
         self.walks: dict[int, int] = {}
+        self.external = self.opt.external_routing
+        self.outbox: deque[tuple[int, Arrival]] = deque()
+        """External routing: arrivals (serial, arrival) for the client to send, oldest first."""
+        self._held: dict[int, _Req] = {}
+        self._pod_pair: dict[tuple[str, str], _Pair] = {}
 
     # --- control ---------------------------------------------------------------------------------
 
@@ -814,6 +833,7 @@ class LiveFleet:
         self._tables = tables
         routes: dict[tuple[str, str], _Route] = {}
         live_pairs: dict[tuple[str, str], _Pair] = {}
+        pod_pair: dict[tuple[str, str], _Pair] = {}
         for table in tables:
             tkey = (table.namespace, table.pool)
             ns = table.namespace
@@ -828,6 +848,7 @@ class LiveFleet:
                 obj.decode = [pod for e in pair.decode if (pod := self._pods.get((ns, e.pod))) is not None]
                 obj.dirty = True
                 for pod in (*obj.prefill, *obj.decode):
+                    pod_pair[(ns, pod.ref.name)] = obj
                     pod.max_seqs = table.admission.max_in_flight
                     pod.max_queued = table.admission.max_queued
                 pairs[pair.id] = obj
@@ -849,6 +870,7 @@ class LiveFleet:
             )
             routes[tkey] = _Route(table, pairs, tuple(cands), bound)
         self._pairs = live_pairs
+        self._pod_pair = pod_pair
         self._routes = routes
         if len(self.w_table) <= max((p.max_seqs for p in self._pods.values()), default=0) + 1:
             self.w_table = self.cap.weight_bytes_table(max(p.max_seqs for p in self._pods.values()) + 1)
@@ -885,7 +907,10 @@ class LiveFleet:
                 if t_arr > target:
                     break
                 self.now = t_arr
-                self._arrive(source.pop())
+                if self.external:
+                    self._hold(source.pop())
+                else:
+                    self._arrive(source.pop())
                 n += 1
                 continue
             if t_ev > target:
@@ -960,6 +985,99 @@ class LiveFleet:
             if len(pod.queue) < pod.max_queued:
                 return pod
         return min(ranked, key=lambda p: len(p.queue) + p.batch)
+
+    # --- external routing (LiveOptions.external_routing) ---------------------------------------
+
+    def _hold(self, arrival: Arrival) -> None:
+        self.c["arrivals"] += 1
+        self._sid += 1
+        self._held[self._sid] = _Req(self._sid, arrival)
+        self.outbox.append((self._sid, arrival))
+
+    def _leg_pod(self, sid: int, namespace: str, name: str, role: Role) -> tuple[_Req, _Pod] | str:
+        req = self._held.get(sid)
+        if req is None or req.done:
+            return f"request {sid} is not waiting for a leg"
+        pod = self._pods.get((namespace, name))
+        if pod is None or not pod.alive or pod.ref.role != role:
+            return f"{namespace}/{name} is not a live {role} pod of the model"
+        return req, pod
+
+    def enter_prefill(self, sid: int, namespace: str, name: str, on_done: Callable[[bool], None]) -> str | None:
+        """The router sent request ``sid``'s prefill leg to pod ``name``: queue it there.
+
+        ``on_done(True)`` when its prefill finishes, ``on_done(False)`` when it fails (its pod went away).
+        Returns why the leg cannot be taken (the caller answers an error), else None. A second prefill
+        leg for one request (a router walking after a timeout) is refused: the first one still runs.
+        """
+        self.advance()
+        found = self._leg_pod(sid, namespace, name, "prefill")
+        if isinstance(found, str):
+            return found
+        req, pod = found
+        if req.ppod is not None:
+            return f"request {sid} already has a prefill leg on {req.ppod.ref.name}"
+        pair = self._pod_pair.get((namespace, name))
+        req.pair, req.ppod, req.on_prefill = pair, pod, on_done
+        self.c["routed"] += 1
+        if pair is not None:
+            pair.assigned += 1
+            pair.queued += 1
+            pair.dirty = True
+        pod.queue.append(req)
+        req.queued = True
+        if pod.batch < self.prefill_slots:
+            self._start_prefills(pod)
+        return None
+
+    def enter_decode(
+        self,
+        sid: int,
+        namespace: str,
+        name: str,
+        on_first: Callable[[float], None],
+        on_done: Callable[[int | None], None],
+    ) -> str | None:
+        """The router sent request ``sid``'s decode leg to pod ``name``: it joins there once its KV arrived.
+
+        A MooncakeConnector router sends the decode leg while the prefill runs (it may even arrive before
+        the prefill leg), so the join waits for the prefill and the P→D transfer. ``on_first(t)``: the
+        first token is due at model time ``t``; ``on_done(n)``: finished with ``n`` output tokens, or None
+        (failed, or an ``error_rate`` draw).
+        """
+        self.advance()
+        found = self._leg_pod(sid, namespace, name, "decode")
+        if isinstance(found, str):
+            return found
+        req, d = found
+        if req.dpod is not None:
+            return f"request {sid} already has a decode leg on {req.dpod.ref.name}"
+        req.dpod, req.on_first, req.on_done = d, on_first, on_done
+        d.incoming += 1
+        if req.t_ready is not None:
+            self.push(max(self.now, req.t_ready), _EV_DECODE_JOIN, req)
+        return None
+
+    def release(self, sid: int, *, rejected: bool) -> None:
+        """The client is done with request ``sid``. One that never reached an engine is forgotten here
+        (counted as rejected when the router refused it, else as failed), one whose decode leg never came
+        fails; the others finish in the model (an engine keeps working on a request its client left)."""
+        req = self._held.get(sid)
+        if req is None or req.done:
+            return
+        if req.ppod is not None:
+            if req.dpod is None:  # its decode leg never came (the client or the router gave up): no KV reader
+                self.advance()
+                self._fail(req)
+            return
+        del self._held[sid]
+        req.done = True
+        self.c["rejected" if rejected else "failed"] += 1
+        if req.dpod is not None:  # a decode leg that waited for a prefill that never came
+            req.dpod.incoming -= 1
+            if req.on_done is not None:
+                req.on_done(None)
+        req.on_prefill = req.on_first = req.on_done = None
 
     # --- prefill ---------------------------------------------------------------------------------
 
@@ -1042,6 +1160,14 @@ class LiveFleet:
         pod.counters[PROMPT_TOKENS] += a.input_tokens
         pod.counters[GENERATION_TOKENS] += 1
         pod.success["length"] += 1  # the prefill leg is a max_tokens=1 request
+        if self.external:
+            req.t_ready = self.now + a.input_tokens * self.kv_b / self.pd_bandwidth
+            if req.on_prefill is not None:
+                req.on_prefill(True)
+                req.on_prefill = None
+            if req.dpod is not None:
+                self.push(req.t_ready, _EV_DECODE_JOIN, req)
+            return
         d = self._pick_decode(req)
         if d is None:
             self._fail(req)
@@ -1071,6 +1197,9 @@ class LiveFleet:
         if d is not None:
             d.incoming -= 1
         if d is None or not d.alive:
+            if self.external:  # the router chose that pod: a real decode leg fails with it
+                self._fail(req)
+                return
             d = self._pick_decode(req)
             if d is None:
                 self._fail(req)
@@ -1116,6 +1245,9 @@ class LiveFleet:
         self._set_rate(d)
         req.t_admit = self.now
         req.t_first = self.now + d.step
+        if req.on_first is not None:
+            req.on_first(req.t_first)
+            req.on_first = None
         req.v_finish = d.v + a.output_tokens
         heapq.heappush(d.active, (req.v_finish, req.sid, req))
         if req.pair is not None:
@@ -1184,11 +1316,17 @@ class LiveFleet:
         counters[EXTERNAL_QUERIES] += a.input_tokens
         counters[EXTERNAL_HITS] += a.input_tokens  # the KV arrives from the prefill instance
         self.c["completed"] += 1
-        if _unit(self.opt.seed, _DRAW_ERROR, req.sid) < self.behaviour(d.ref.revision).error_rate:
+        failed = _unit(self.opt.seed, _DRAW_ERROR, req.sid) < self.behaviour(d.ref.revision).error_rate
+        if failed:
             d.success["error"] += 1
             self.c["errors"] += 1
         else:
             d.success["stop"] += 1
+        if self.external:
+            self._held.pop(req.sid, None)
+            if req.on_done is not None:
+                req.on_done(None if failed else out)
+                req.on_done = None
 
     def _fail(self, req: _Req) -> None:
         if req.done:
@@ -1202,6 +1340,13 @@ class LiveFleet:
             pair.dirty = True
         req.queued = False
         self.c["failed"] += 1
+        if self.external:
+            self._held.pop(req.sid, None)
+            if req.on_prefill is not None:
+                req.on_prefill(False)
+            if req.on_done is not None:
+                req.on_done(None)
+            req.on_prefill = req.on_first = req.on_done = None
 
     # --- reading ---------------------------------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""The demo's data plane: the live model's arrivals go through a real `tandem router` to paced doubles.
+
+An in-process router reads a table file naming four loopback addresses (two pairs); the live model
+(external routing) reads the same table and pods from a fake kubectl; :class:`LiveFront` serves doubles on
+those addresses and sends every arrival to the router. What must hold: every request completes through the
+router, both pairs serve (the router's hash, not the model's), the model's pods count exactly what the
+router sent them, and conversations find their prefixes (the router keys the prompt's first two blocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tandem.api.labels import (
+    COMPONENT_ENGINE,
+    COMPONENT_ROUTING,
+    LABEL_COMPONENT,
+    LABEL_PAIR,
+    LABEL_POOL,
+    LABEL_REVISION,
+    LABEL_ROLE,
+)
+from tandem.router.proxy import RouterConfig
+from tandem.router.server import start_router
+from tandem.router.tables import FileSource
+from tandem.routing import CONFIGMAP_KEY, Admission, Endpoint, KvTransfer, Pair, PairState, Revisions, RoutingTable
+from tandem_lab.dev.livefront import LiveFront
+from tandem_lab.dev.simlive import LiveMetrics
+from tandem_lab.sim.config import load_params
+from tandem_lab.sim.live import TTFT, LiveOptions
+from tests.sim.test_live import sessions_workload
+
+NS = "ml"
+MODEL = "m"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
+    """Two 1P+1D pairs on 127.77.<run>.{1..4} (one port; loopback addresses are ours), and their pods."""
+    port, boot = free_port(), free_port()
+    run = port % 250
+    kv = KvTransfer(connector=connector, bootstrap_port=boot)
+    pairs, pods = [], []
+    for i in range(2):
+        endpoints = {}
+        for j, role in enumerate(("prefill", "decode")):
+            name = f"speed-p{i}-{role}-0"
+            endpoints[role] = (Endpoint(pod=name, address=f"127.77.{run}.{2 * i + j + 1}:{port}"),)
+            labels = {
+                LABEL_COMPONENT: COMPONENT_ENGINE,
+                LABEL_ROLE: role,
+                LABEL_POOL: "speed",
+                LABEL_REVISION: "r1",
+                LABEL_PAIR: f"speed-p{i}",
+            }
+            pods.append(
+                {
+                    "kind": "Pod",
+                    "metadata": {"name": name, "uid": f"u-{name}", "labels": labels},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }
+            )
+        pairs.append(
+            Pair(
+                id=f"speed-p{i}",
+                index=i,
+                revision="r1",
+                state=PairState.SERVING,
+                prefill=endpoints["prefill"],
+                decode=endpoints["decode"],
+                kv_transfer=kv,
+            )
+        )
+    table = RoutingTable(
+        pool="speed",
+        namespace=NS,
+        traffic_class="speed",
+        admission=Admission(max_in_flight=64, max_queued=16),
+        revisions=Revisions(stable="r1"),
+        pairs=tuple(pairs),
+        served_model_name=MODEL,
+    )
+    configmap = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "speed-routing", "labels": {LABEL_COMPONENT: COMPONENT_ROUTING}},
+        "data": {CONFIGMAP_KEY: table.to_json()},
+    }
+    return table, [configmap, *pods]
+
+
+class FakeKube:
+    """``kubectl get pods,configmaps -o json`` of one namespace, fixed."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+
+    def json(self, *_: Any, **__: Any) -> dict[str, Any]:
+        return {"items": self.items}
+
+
+@pytest.mark.parametrize("connector", ["NixlConnector", "MooncakeConnector"])
+async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Path, connector: str) -> None:
+    table, items = fleet(connector)
+    path = tmp_path / "speed-routing.json"
+    path.write_text(table.to_json())
+    router = await start_router([FileSource([path], interval_s=3600)], config=RouterConfig(prefill_timeout_s=10))
+    live = LiveMetrics(
+        FakeKube(items),  # type: ignore[arg-type]
+        [NS],
+        None,
+        workload=sessions_workload(sessions=60, turns=4),
+        options=LiveOptions(rate=25.0, seed=5, key_blocks=1, capacity_scale=4.0, external_routing=True),
+        params=load_params(),
+        poll_interval_s=0.5,
+    ).start()
+    front = LiveFront(live, f"http://127.0.0.1:{router.port}", model=MODEL).start()
+    try:
+        for _ in range(300):
+            if sum(front.outcome_counts().values()) >= 80:
+                break
+            await asyncio.sleep(0.1)
+        outcomes = front.outcome_counts()
+        assert sum(outcomes.values()) >= 80, outcomes
+        assert set(outcomes) == {"ok"}, outcomes
+        stats = live.stats()
+        served = {}
+        for i in range(2):
+            metrics = live.fleet.pod_metrics(NS, f"speed-p{i}-decode-0")
+            assert metrics is not None
+            served[i] = metrics.histograms[TTFT].count
+        assert all(n > 0 for n in served.values()), served  # the router's hash spread the conversations
+        assert sum(served.values()) == stats.completed >= outcomes["ok"]
+        assert stats.prefix_hits > 0  # later turns found their conversation's blocks on the same prefill
+        url = f"http://127.0.0.1:{router.metrics_port}/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url) as resp:
+            text = await resp.text()
+        by_pair = {
+            sample.labels["pair"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "tandem_router_requests_total" and sample.labels["outcome"] == "ok"
+        }
+        assert sum(by_pair.values()) == outcomes["ok"]  # the router served every request the client saw complete
+        assert set(by_pair) == {"speed-p0", "speed-p1"}
+    finally:
+        front.stop()
+        live.stop()
+        await router.stop()
