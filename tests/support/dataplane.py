@@ -175,6 +175,7 @@ class LoopbackDoubles:
                     port=int(port),
                     model=model,
                     bootstrap_port=transfer.bootstrap_port if mooncake else None,
+                    moriio_mode=transfer.moriio_mode if transfer.connector == "MoRIIOConnector" else None,
                 )
                 double = self._run(double.start())
                 self.by_address[endpoint.address] = double
