@@ -19,9 +19,10 @@ Invariants (checked on construction, so a bad table never reaches a router):
   fingerprint stable.
 - ``maxPromptTokens >= minPromptTokens``; ``canaryWeightPercent`` is set exactly when ``canary`` is.
 - serialisation is canonical: sorted keys, so equal tables give equal bytes and equal fingerprints.
-- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``) are optional and
-  left out of the JSON while unset: a table published before them parses, and keeps its bytes and its
-  fingerprint; a router that does not know them still reads tables that do not use them.
+- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``, and kvTransfer's
+  MoRIIO fields) are optional and left out of the JSON while unset (the MoRIIO ones: while at vLLM's
+  default): a table published before them parses, and keeps its bytes and its fingerprint; a router that
+  does not know them still reads tables that do not use them.
 """
 
 from __future__ import annotations
