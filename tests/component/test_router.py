@@ -64,10 +64,14 @@ class Lab:
             pid = f"speed-p{i}"
             mooncake = kv is not None and kv.connector == "MooncakeConnector"
             dp = kv.data_parallel_size if kv is not None else 1
+            moriio = kv.moriio_mode if kv is not None and kv.connector == "MoRIIOConnector" else None
             p = await EngineDouble(
-                name=f"{pid}-prefill", bootstrap_port=0 if mooncake else None, data_parallel_size=dp
+                name=f"{pid}-prefill",
+                bootstrap_port=0 if mooncake else None,
+                data_parallel_size=dp,
+                moriio_mode=moriio,
             ).start()
-            d = await EngineDouble(name=f"{pid}-decode").start()
+            d = await EngineDouble(name=f"{pid}-decode", moriio_mode=moriio).start()
             self.prefill[pid], self.decode[pid] = p, d
             if mooncake and kv is not None:
                 kv = kv.model_copy(update={"bootstrap_port": p.bootstrap_port})

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tandem.routing import RoutingTable
-from tandem_lab.dev.enginedouble import EngineDouble
+from tandem_lab.dev.enginedouble import EngineDouble, connector_options
 from tandem_lab.dev.kit import ROUTER_SERVICE, host_address, router_endpoint_slice
 from tandem_lab.dev.kit import RouterProcess as KitRouterProcess
 from tests.support.tandem_cluster import LOGS, REPO
@@ -82,21 +82,19 @@ class LoopbackDoubles:
     def serve(self, table: RoutingTable, model: str) -> None:
         """Start a double for every endpoint of ``table`` that has an address and none yet."""
         for pair in table.pairs:
-            transfer = pair.transfer
             prefills = {id(e) for e in pair.prefill}
             for endpoint in (*pair.prefill, *pair.decode):
                 if endpoint.address is None or endpoint.address in self.by_address:
                     continue
                 host, _, port = endpoint.address.rpartition(":")
                 assert host.startswith("127."), f"{endpoint.pod} has a non-loopback address {endpoint.address}"
-                # A MooncakeConnector prefill also serves vLLM's bootstrap `/query` on the table's port.
-                mooncake = transfer.connector == "MooncakeConnector" and id(endpoint) in prefills
+                role = "prefill" if id(endpoint) in prefills else "decode"
                 double = EngineDouble(
                     name=endpoint.pod,
                     host=host,
                     port=int(port),
                     model=model,
-                    bootstrap_port=transfer.bootstrap_port if mooncake else None,
+                    **connector_options(pair.transfer, role),
                 )
                 double = self._run(double.start())
                 self.by_address[endpoint.address] = double

@@ -14,7 +14,12 @@ without GPUs.
   ``remote_block_ids``, ``remote_request_id``, ``remote_host``, ``remote_port``, ``tp_size``, ...). A
   request with ``do_remote_prefill`` is a decode and produces the whole output (vLLM recomputes the first
   token). **MooncakeConnector**: a ``transfer_id`` in the params; ``GET /query`` on the bootstrap
-  listener answers ``{"<dp_rank>": {"engine_id", "worker_addr"}}``.
+  listener answers ``{"<dp_rank>": {"engine_id", "worker_addr"}}``. **MoRIIOConnector**
+  (``moriio_mode`` set): a prefill returns what vLLM's ``request_finished`` returns (engine id
+  ``host:handshake_port``, block ids, its address and ports, its DP rank, ``transfer_id``); a leg missing
+  a field vLLM's connector indexes fails with a 500, as the engine's step would (Write-mode prefill: the
+  decode's address, ``remote_engine_id``/``remote_block_ids`` keys; Write-mode decode: the prefill's host
+  and notify port; Read-mode decode with block ids: the prefill's address).
 - **Validation** as vLLM does it: ``stream_options`` without ``stream`` and ``min_tokens > max_tokens``
   are 400s; so the router's leg construction is checked by the double, not only by assertions.
 - **Behaviour** (:class:`Behaviour`, changeable while running): answer a status (429/503/500) to every
@@ -54,9 +59,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from tandem import enginemetrics as em
+from tandem.routing import KvTransfer
 
 DEFAULT_MODEL = "double-model"
 NIXL_SIDE_CHANNEL_PORT = 5600
+MORIIO_HANDSHAKE_PORT = 6301
+MORIIO_NOTIFY_PORT = 61005
 BLOCK_TOKENS = 16
 
 
@@ -128,6 +136,17 @@ def prompt_key(body: Mapping[str, Any]) -> str:
     return json.dumps(source, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def connector_options(transfer: KvTransfer, role: str) -> dict[str, Any]:
+    """The double's connector arguments for one endpoint of a pair with ``transfer`` (a table's
+    ``kvTransfer``): a MooncakeConnector prefill serves the bootstrap ``/query`` on the table's port, a
+    MoRIIOConnector instance speaks the table's mode."""
+    mooncake = transfer.connector == "MooncakeConnector" and role == "prefill"
+    return {
+        "bootstrap_port": transfer.bootstrap_port if mooncake else None,
+        "moriio_mode": transfer.moriio_mode if transfer.connector == "MoRIIOConnector" else None,
+    }
+
+
 def _error(status: int, message: str) -> web.Response:
     kind = {400: "BadRequestError", 429: "RateLimitError", 503: "ServiceUnavailableError"}.get(
         status, "InternalServerError"
@@ -147,6 +166,8 @@ class EngineDouble:
     """Serve the Mooncake bootstrap ``/query`` on this port (0: ephemeral); ``None``: no bootstrap."""
     model: str = DEFAULT_MODEL
     data_parallel_size: int = 1
+    moriio_mode: str | None = None
+    """Speak MoRIIOConnector in this mode ("Write" or "Read", as the routing table names it); ``None``: not."""
     max_num_seqs: int | None = None
     """Completions answered at once (vLLM ``--max-num-seqs``); more wait (``num_requests_waiting``)."""
     behaviour: Behaviour = field(default_factory=Behaviour)
@@ -288,7 +309,10 @@ class EngineDouble:
         prefill = isinstance(kv, dict) and bool(kv.get("do_remote_decode"))
         if isinstance(kv, dict) and prefill:
             max_tokens = 1
-            out_params = self._prefill_params(kv, request_id)
+            rank = int(request.headers.get("X-data-parallel-rank") or 0)
+            out_params = self._prefill_params(kv, request_id, rank)
+        elif isinstance(kv, dict) and kv.get("do_remote_prefill") and self.moriio_mode is not None:
+            _moriio_check_decode(kv, self.moriio_mode)
         if self.pacer is not None:
             paced = self.pacer.pace(self, request_id, prefill)
             if paced.status is not None:
@@ -323,8 +347,8 @@ class EngineDouble:
                 whole["usage"]["completion_tokens"] = n
                 return web.json_response(whole)
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
             try:
+                await response.prepare(request)
                 ok = await paced.first if paced.first is not None else True
                 if ok:
                     await response.write(self._chunk(tokens[0], 0, chat, request_id, last=False))
@@ -396,7 +420,9 @@ class EngineDouble:
             await asyncio.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
         return False
 
-    def _prefill_params(self, kv: Mapping[str, Any], request_id: str) -> dict[str, Any] | None:
+    def _prefill_params(self, kv: Mapping[str, Any], request_id: str, dp_rank: int = 0) -> dict[str, Any] | None:
+        if self.moriio_mode is not None:
+            return self._moriio_prefill_params(kv, request_id, dp_rank)
         if "transfer_id" in kv:  # MooncakeConnector: nothing to hand over in the body
             return None
         return {
@@ -413,6 +439,30 @@ class EngineDouble:
             "remote_num_tokens": BLOCK_TOKENS,
             "remote_blocks_expiry_time": 30.0,
             "transfer_mode": "pull",
+        }
+
+    def _moriio_prefill_params(self, kv: Mapping[str, Any], request_id: str, dp_rank: int) -> dict[str, Any]:
+        """vLLM's ``MoRIIOConnectorScheduler.request_finished`` answer (both modes). A missing ``transfer_id`` is
+        made up from the request id, as vLLM does for sidecars that send none."""
+        if self.moriio_mode == "Write":
+            _moriio_require_peer(kv, "prefill")
+            for key in ("remote_engine_id", "remote_block_ids"):
+                if key not in kv:
+                    raise _moriio_failure(f"prefill: kv_transfer_params has no {key!r}")
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [[int(hashlib.blake2b(request_id.encode(), digest_size=2).hexdigest(), 16), 7]],
+            "remote_engine_id": f"{self.host}:{MORIIO_HANDSHAKE_PORT}",
+            "remote_host": self.host,
+            "remote_handshake_port": MORIIO_HANDSHAKE_PORT,
+            "remote_notify_port": MORIIO_NOTIFY_PORT,
+            "remote_dp_rank": dp_rank,
+            "remote_dp_rank_override": True,
+            "remote_dp_size": self.data_parallel_size,
+            "remote_dp_size_local": self.data_parallel_size,
+            "tp_size": 1,
+            "transfer_id": kv.get("transfer_id") or f"sidecar-{request_id}",
         }
 
     def _whole(
@@ -452,6 +502,36 @@ class EngineDouble:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _moriio_failure(message: str) -> web.HTTPException:
+    """What a MoRIIO leg vLLM's connector cannot use becomes: the engine step raises, the request fails."""
+    body = {"error": {"message": f"MoRIIOConnector: {message}", "type": "InternalServerError", "param": None}}
+    return web.HTTPInternalServerError(text=json.dumps(body), content_type="application/json")
+
+
+def _moriio_require_peer(kv: Mapping[str, Any], leg: str, keys: tuple[str, ...] = ()) -> None:
+    """The peer address vLLM's ``add_new_req`` needs when the request id embeds none (Tandem's never do)."""
+    for key in keys or ("remote_host", "remote_handshake_port", "remote_notify_port"):
+        value = kv.get(key)
+        usable = bool(value)
+        if usable and key != "remote_host":  # vLLM takes int(value): "6301" works, "x" or a list does not
+            try:
+                int(str(value))
+            except ValueError:
+                usable = False
+        if not usable:
+            raise _moriio_failure(f"{leg}: kv_transfer_params has no usable {key!r} ({value!r})")
+
+
+def _moriio_check_decode(kv: Mapping[str, Any], mode: str) -> None:
+    """A MoRIIO decode leg as vLLM's scheduler takes it: Write mode notifies the prefill at its host and notify
+    port; Read mode with block ids and an engine id reads from the prefill's address (without them vLLM
+    recomputes the prompt, which the double does not flag)."""
+    if mode == "Write":
+        _moriio_require_peer(kv, "decode", ("remote_host", "remote_notify_port"))
+    elif kv.get("remote_block_ids") and "remote_engine_id" in kv:
+        _moriio_require_peer(kv, "decode")
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -39,7 +39,7 @@ import aiohttp
 
 from tandem.router.request import BYTES_PER_TOKEN
 from tandem.routing import RoutingTable
-from tandem_lab.dev.enginedouble import EngineDouble, Paced
+from tandem_lab.dev.enginedouble import EngineDouble, Paced, connector_options
 from tandem_lab.dev.simlive import LiveMetrics
 from tandem_lab.sim.live import Arrival
 
@@ -176,26 +176,25 @@ class LiveFront:
 
     def serve_tables(self, tables: Sequence[RoutingTable]) -> None:
         """Make the doubles equal to the tables' endpoints (called after every poll, from its thread)."""
-        wanted: dict[str, tuple[str, str, int | None]] = {}
+        wanted: dict[str, tuple[str, str, dict[str, Any]]] = {}
         for table in tables:
             for pair in table.pairs:
-                transfer = pair.transfer
                 for role, endpoints in (("prefill", pair.prefill), ("decode", pair.decode)):
                     for endpoint in endpoints:
                         if endpoint.address is None:
                             continue
-                        mooncake = transfer.connector == "MooncakeConnector" and role == "prefill"
-                        boot = transfer.bootstrap_port if mooncake else None
-                        wanted[endpoint.address] = (table.namespace, endpoint.pod, boot)
+                        options = connector_options(pair.transfer, role)
+                        wanted[endpoint.address] = (table.namespace, endpoint.pod, options)
         self._run(self._serve(wanted))
 
-    async def _serve(self, wanted: Mapping[str, tuple[str, str, int | None]]) -> None:
+    async def _serve(self, wanted: Mapping[str, tuple[str, str, dict[str, Any]]]) -> None:
         for address, double in list(self._doubles.items()):
-            if self._owners.get(address) != wanted.get(address, (None, None, None))[:2]:
+            owner = wanted.get(address)
+            if owner is None or self._owners.get(address) != owner[:2]:
                 await double.stop()
                 del self._doubles[address]
                 self._owners.pop(address, None)
-        for address, (namespace, pod, boot) in wanted.items():
+        for address, (namespace, pod, options) in wanted.items():
             if address in self._doubles:
                 continue
             host, _, port = address.rpartition(":")
@@ -206,10 +205,10 @@ class LiveFront:
                 host=host,
                 port=int(port),
                 model=self.model,
-                bootstrap_port=boot,
                 record=False,
                 pacer=_PodPacer(self.live, namespace, pod, self._loop),
                 metrics_page=self._page(namespace, pod),
+                **options,
             )
             try:
                 await double.start()

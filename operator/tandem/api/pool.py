@@ -230,6 +230,11 @@ class KvTransfer(ApiModel):
     added through a MultiConnector."""
     load_failure_policy: Literal["fail", "recompute"] = "fail"
     """What the decode instance does when a KV load fails (vLLM `kv_load_failure_policy`)."""
+    moriio_mode: Literal["Write", "Read"] = "Write"
+    """MoRIIOConnector only (other connectors ignore it): `Write`, vLLM's default, has the prefill write the KV
+    into the decode's blocks while both legs run; `Read` has the decode read it after the prefill answered (vLLM
+    `kv_connector_extra_config.read_mode`; Read is the mode vLLM supports for hybrid sliding-window and mamba
+    models)."""
 
 
 class StackSpec(ApiModel):

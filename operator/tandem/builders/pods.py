@@ -8,10 +8,12 @@ What goes in (integration.md names, vLLM 0.33):
 - `vllm serve <model>` with `--served-model-name`, `--tensor-parallel-size`, `--pipeline-parallel-size`,
   `--max-model-len`, `--max-num-seqs` (admission.maxInFlight), prefix caching on/off and
   `--kv-transfer-config` (prefill = `kv_producer`, decode = `kv_consumer` for every P->D connector;
-  MooncakeConnector with an explicit `mooncake_protocol`; with a MooncakeCache a MultiConnector adds
+  MooncakeConnector with an explicit `mooncake_protocol`; MoRIIOConnector with its `http_port`, handshake and
+  notify ports and `read_mode`; with a MooncakeCache a MultiConnector adds
   `MooncakeStoreConnector`: `kv_both` on prefill, `kv_consumer` on decode), then the stack's and
   the role's extra args.
-- env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` and
+- env: one fleet-wide `PYTHONHASHSEED`, the pod IP as `VLLM_HOST_IP` (also the address MoRIIOConnector
+  advertises to its peer) and
   `MOONCAKE_REQUESTER_LOCAL_HOSTNAME` (or `VLLM_NIXL_SIDE_CHANNEL_HOST`), the Mooncake bootstrap port on
   prefill, `MOONCAKE_CONFIG_PATH` when a cache is wired, the weights token as a file.
 - termination grace: `drainTimeout` + a margin (`termination_grace_s`).
@@ -57,6 +59,7 @@ from tandem.builders.common import (
     owner_reference,
     scratch_volume,
 )
+from tandem.routing.table import DEFAULT_MORIIO_HANDSHAKE_PORT, DEFAULT_MORIIO_NOTIFY_PORT
 
 ENGINE_PORT = 8000
 MOONCAKE_BOOTSTRAP_PORT = 8998
@@ -155,7 +158,24 @@ def _p2p_connector(spec: RevisionSpec, role: Role) -> dict[str, Any]:
     }
     if connector == "MooncakeConnector":
         config["kv_connector_extra_config"] = {"mooncake_protocol": mooncake_protocol(spec)}
+    if connector == "MoRIIOConnector":
+        config["kv_connector_extra_config"] = moriio_extra_config(spec)
     return config
+
+
+def moriio_extra_config(spec: RevisionSpec) -> dict[str, Any]:
+    """MoRIIOConnector's extra config (keys as vLLM's `MoRIIOConfig.from_vllm_config` reads them). `http_port`
+    has no default there (a missing key fails the engine's start); the handshake and notify ports are written
+    out although they equal vLLM's defaults, because the router hands them to the other leg from the routing
+    table (`tandem.routing.table`), so both must name the same ports. No `proxy_ip`: the router learns
+    instances from the routing table, not from MoRIIO's ZMQ heartbeats. `read_mode` is set on both roles,
+    because the two sides of a transfer must agree on it."""
+    return {
+        "http_port": ENGINE_PORT,
+        "handshake_port": DEFAULT_MORIIO_HANDSHAKE_PORT,
+        "notify_port": DEFAULT_MORIIO_NOTIFY_PORT,
+        "read_mode": spec.stack.kv_transfer.moriio_mode == "Read",
+    }
 
 
 def kv_transfer_config(spec: RevisionSpec, role: Role) -> dict[str, Any]:
@@ -340,6 +360,9 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         ports.append({"name": "kv-bootstrap", "containerPort": MOONCAKE_BOOTSTRAP_PORT, "protocol": "TCP"})
     if spec.stack.kv_transfer.connector == "NixlConnector":
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
+    if spec.stack.kv_transfer.connector == "MoRIIOConnector":
+        ports.append({"name": "moriio-hs", "containerPort": DEFAULT_MORIIO_HANDSHAKE_PORT, "protocol": "TCP"})
+        ports.append({"name": "moriio-notify", "containerPort": DEFAULT_MORIIO_NOTIFY_PORT, "protocol": "TCP"})
     container = {
         "name": "engine",
         "image": spec.stack.image,

@@ -867,6 +867,15 @@ def _endpoints(pool: str, index: int, pods: tuple[ObservedPod, ...], role: Role,
     return tuple(out)
 
 
+def _kv_transfer(rev_spec: RevisionSpec) -> KvTransfer:
+    """The pair's legs as the router must drive them. The ports are the contract defaults, which are the ports
+    the pod builder configures; MoRIIO's mode is published only for MoRIIO pairs (others ignore it)."""
+    kv = rev_spec.stack.kv_transfer
+    if kv.connector == "MoRIIOConnector":
+        return KvTransfer(connector=kv.connector, moriio_mode=kv.moriio_mode)
+    return KvTransfer(connector=kv.connector)
+
+
 def build_table(
     snapshot: Snapshot,
     rows: list[tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, bool]],
@@ -883,7 +892,7 @@ def build_table(
         rev_spec = _revision(snapshot, rev)
         known = previous.get(index)
         kv_transfer = (
-            KvTransfer(connector=rev_spec.stack.kv_transfer.connector)
+            _kv_transfer(rev_spec)
             if rev_spec is not None
             else (known.kv_transfer if known is not None and known.revision == rev else None)
         )

@@ -26,10 +26,11 @@ Every request that reaches a pool is judged once for its SLO (``tandem_router_sl
 timeouts and the pool's failures as such, so the autoscaler sees the demand the engines never served.
 A 4xx the engine gives the client's own request is not judged (the client's mistake, not the pool's).
 
-MooncakeConnector sends the decode leg concurrently with the prefill (the decode waits for the KV on the
-engine side) and aborts it, by closing its connection, when the prefill fails; otherwise vLLM would hold
-the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s). Its bytes reach the client only after the
-prefill succeeded, so the walk rule above holds for both connectors.
+MooncakeConnector and MoRIIOConnector in Write mode send the decode leg concurrently with the prefill (the
+decode waits for the KV on the engine side) and abort it, by closing its connection, when the prefill fails;
+otherwise vLLM would hold the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT`` (480 s) or MoRIIO's
+``recv_abort_timeout`` (120 s). Its bytes reach the client only after the prefill succeeded, so the walk rule
+above holds for every connector. NixlConnector and MoRIIOConnector in Read mode run the legs in sequence.
 
 Must not: re-implement any routing decision, or retry after a decode leg started.
 """
@@ -43,7 +44,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -367,17 +368,30 @@ class Router:
         with self.loads.hold_instance(decode_addr):  # the prefill instance is held by its leg only
             if transfer.connector == legs.MOONCAKE:
                 return await self._mooncake(request, pair, prefill_addr, decode_addr, headers, state)
-            return await self._nixl(request, prefill_addr, decode_addr, headers, state)
+            if transfer.connector == legs.MORIIO:
+                return await self._moriio(request, pair, prefill_addr, decode_addr, headers, state)
+            body = legs.build_prefill_body(state.creq.body, legs.nixl_prefill_params())
+            return await self._sequential(
+                request, prefill_addr, body, headers, decode_addr, headers, state, legs.nixl_decode_params
+            )
 
-    async def _nixl(
-        self, request: web.Request, prefill_addr: str, decode_addr: str, headers: dict[str, str], state: _Request
+    async def _sequential(
+        self,
+        request: web.Request,
+        prefill_addr: str,
+        prefill_body: dict[str, Any],
+        prefill_headers: dict[str, str],
+        decode_addr: str,
+        headers: dict[str, str],
+        state: _Request,
+        decode_params: Callable[[dict[str, Any]], Any],
     ) -> web.StreamResponse | _Walk:
-        body = legs.build_prefill_body(state.creq.body, legs.nixl_prefill_params())
-        outcome = await self._prefill(prefill_addr, body, headers, state)
+        """Prefill, then a decode whose ``kv_transfer_params`` come from the prefill's answer."""
+        outcome = await self._prefill(prefill_addr, prefill_body, prefill_headers, state)
         if not isinstance(outcome, dict):
             return outcome
         try:
-            kv = legs.nixl_decode_params(outcome)
+            kv = decode_params(outcome)
         except legs.LegProtocolError as exc:
             return self._finish_error(state, OUTCOME_PREFILL_ERROR, str(exc), 502, errors.CODE_PREFILL_FAILED)
         decode_body = legs.build_decode_body(state.creq.body, kv)
@@ -421,8 +435,66 @@ class Router:
         decode_body = legs.build_decode_body(
             state.creq.body, legs.mooncake_decode_params(transfer_id, bootstrap, engine_id, dp)
         )
-        decode_task = asyncio.ensure_future(self._open_decode(decode_addr, decode_body, headers))
         prefill_body = legs.build_prefill_body(state.creq.body, legs.mooncake_prefill_params(transfer_id))
+        return await self._concurrent(
+            request, prefill_addr, prefill_body, prefill_headers, decode_addr, decode_body, headers, state
+        )
+
+    async def _moriio(
+        self,
+        request: web.Request,
+        pair: Pair,
+        prefill_addr: str,
+        decode_addr: str,
+        headers: dict[str, str],
+        state: _Request,
+    ) -> web.StreamResponse | _Walk:
+        """MoRIIOConnector: each leg gets the other's MoRIIO address and one ``transfer_id``; Write mode runs the
+        legs at once (the decode announces its blocks, the prefill writes into them), Read mode in sequence (the
+        decode reads what the prefill's answer points to)."""
+        transfer = pair.transfer
+        transfer_id = f"xfer-{uuid.uuid4()}"
+        prefill_headers = dict(headers)
+        dp_rank: int | None = None
+        if transfer.data_parallel_size > 1:
+            dp_rank = next(self._dp_counter) % transfer.data_parallel_size
+            prefill_headers[legs.HEADER_DP_RANK] = str(dp_rank)
+        ports = (transfer.handshake_port, transfer.notify_port)
+        prefill_params = legs.moriio_prefill_params(transfer_id, legs.address_host(decode_addr), *ports)
+        prefill_body = legs.build_prefill_body(state.creq.body, prefill_params)
+        decode_params = legs.moriio_decode_params(
+            transfer_id, legs.address_host(prefill_addr), *ports, transfer.data_parallel_size, dp_rank
+        )
+        if transfer.moriio_mode == "Read":
+            return await self._sequential(
+                request,
+                prefill_addr,
+                prefill_body,
+                prefill_headers,
+                decode_addr,
+                headers,
+                state,
+                lambda answer: legs.moriio_read_decode_params(answer, decode_params),
+            )
+        decode_body = legs.build_decode_body(state.creq.body, decode_params)
+        return await self._concurrent(
+            request, prefill_addr, prefill_body, prefill_headers, decode_addr, decode_body, headers, state
+        )
+
+    async def _concurrent(
+        self,
+        request: web.Request,
+        prefill_addr: str,
+        prefill_body: dict[str, Any],
+        prefill_headers: dict[str, str],
+        decode_addr: str,
+        decode_body: dict[str, Any],
+        headers: dict[str, str],
+        state: _Request,
+    ) -> web.StreamResponse | _Walk:
+        """Decode sent while the prefill runs (the engine waits for the KV); relayed only after the prefill
+        succeeded, and aborted when it did not."""
+        decode_task = asyncio.ensure_future(self._open_decode(decode_addr, decode_body, headers))
         try:
             outcome = await self._prefill(prefill_addr, prefill_body, prefill_headers, state)
         except BaseException:

@@ -19,9 +19,10 @@ Invariants (checked on construction, so a bad table never reaches a router):
   fingerprint stable.
 - ``maxPromptTokens >= minPromptTokens``; ``canaryWeightPercent`` is set exactly when ``canary`` is.
 - serialisation is canonical: sorted keys, so equal tables give equal bytes and equal fingerprints.
-- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``) are optional and
-  left out of the JSON while unset: a table published before them parses, and keeps its bytes and its
-  fingerprint; a router that does not know them still reads tables that do not use them.
+- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``, and kvTransfer's
+  MoRIIO fields) are optional and left out of the JSON while unset (the MoRIIO ones: while at vLLM's
+  default): a table published before them parses, and keeps its bytes and its fingerprint; a router that
+  does not know them still reads tables that do not use them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ DEFAULT_PAIR_WEIGHT = 100
 Connector = Literal["NixlConnector", "MooncakeConnector", "MoRIIOConnector"]
 DEFAULT_CONNECTOR: Final[Connector] = "NixlConnector"
 DEFAULT_MOONCAKE_BOOTSTRAP_PORT = 8998
+MoriioMode = Literal["Write", "Read"]
+DEFAULT_MORIIO_MODE: Final[MoriioMode] = "Write"
+"""vLLM's default (``kv_connector_extra_config.read_mode`` false): the prefill writes into the decode's blocks."""
+DEFAULT_MORIIO_HANDSHAKE_PORT = 6301
+"""vLLM's default ``kv_connector_extra_config.handshake_port`` (``MoRIIOConstants.DEFAULT_HANDSHAKE_PORT``)."""
+DEFAULT_MORIIO_NOTIFY_PORT = 61005
+"""vLLM's default ``kv_connector_extra_config.notify_port`` (``MoRIIOConstants.DEFAULT_NOTIFY_PORT``)."""
 
 # "host:port" with a DNS name or IPv4 host, or "[v6]:port".
 _ADDRESS_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[0-9]{1,5}$"
@@ -160,6 +168,18 @@ def _unset(value: object) -> bool:
     return value is None
 
 
+def _default_moriio_mode(value: object) -> bool:
+    return value == DEFAULT_MORIIO_MODE
+
+
+def _default_handshake_port(value: object) -> bool:
+    return value == DEFAULT_MORIIO_HANDSHAKE_PORT
+
+
+def _default_notify_port(value: object) -> bool:
+    return value == DEFAULT_MORIIO_NOTIFY_PORT
+
+
 class KvTransfer(_Wire):
     """How the router drives the prefill and decode legs of a pair (the vLLM KV connector's protocol).
 
@@ -173,6 +193,21 @@ class KvTransfer(_Wire):
     """MooncakeConnector: port of the prefill's bootstrap server (`VLLM_MOONCAKE_BOOTSTRAP_PORT`)."""
     data_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
     """Data-parallel ranks per prefill instance; above 1 the router picks a rank (`X-data-parallel-rank`)."""
+    # The MoRIIOConnector fields came after kvTransfer was first published: each is left out of the JSON
+    # while it holds its default, so tables without MoRIIO pairs keep their bytes and fingerprints and a
+    # router that predates them still reads them.
+    moriio_mode: MoriioMode = Field(default=DEFAULT_MORIIO_MODE, exclude_if=_default_moriio_mode)
+    """MoRIIOConnector: Write (the prefill writes the KV into blocks the decode announced; the router sends
+    both legs at once) or Read (the decode reads the KV the prefill's answer points to; legs in sequence)."""
+    handshake_port: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=DEFAULT_MORIIO_HANDSHAKE_PORT, exclude_if=_default_handshake_port
+    )
+    """MoRIIOConnector: the engines' `kv_connector_extra_config.handshake_port` (the router hands each leg the
+    other's)."""
+    notify_port: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=DEFAULT_MORIIO_NOTIFY_PORT, exclude_if=_default_notify_port
+    )
+    """MoRIIOConnector: the engines' base `kv_connector_extra_config.notify_port` (vLLM adds the rank offsets)."""
 
 
 class Endpoint(_Wire):

@@ -56,6 +56,8 @@ def test_routing_table_additions_round_trip_in_camel_case() -> None:
         pytest.param({"bootstrapPort": 0}, id="port 0"),
         pytest.param({"dataParallelSize": 0}, id="dp size 0"),
         pytest.param({"extra": 1}, id="unknown key"),
+        pytest.param({"connector": "MoRIIOConnector", "moriioMode": "Push"}, id="unknown MoRIIO mode"),
+        pytest.param({"connector": "MoRIIOConnector", "notifyPort": 70000}, id="notify port above 65535"),
     ],
 )
 def test_routing_table_rejects_bad_kv_transfer(kv: dict[str, object]) -> None:
@@ -63,3 +65,45 @@ def test_routing_table_rejects_bad_kv_transfer(kv: dict[str, object]) -> None:
     doc["pairs"][0]["kvTransfer"] = kv
     with pytest.raises(ValidationError):
         RoutingTable.model_validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("kv", "wire"),
+    [
+        pytest.param(
+            KvTransfer(connector="MoRIIOConnector"),
+            {"connector": "MoRIIOConnector", "bootstrapPort": 8998, "dataParallelSize": 1},
+            id="MoRIIO at vLLM's defaults: no new keys on the wire",
+        ),
+        pytest.param(
+            KvTransfer(connector="MoRIIOConnector", moriio_mode="Read", handshake_port=7000, notify_port=7001),
+            {
+                "connector": "MoRIIOConnector",
+                "bootstrapPort": 8998,
+                "dataParallelSize": 1,
+                "moriioMode": "Read",
+                "handshakePort": 7000,
+                "notifyPort": 7001,
+            },
+            id="MoRIIO non-defaults written in camelCase",
+        ),
+        pytest.param(
+            KvTransfer(connector="MooncakeConnector"),
+            {"connector": "MooncakeConnector", "bootstrapPort": 8998, "dataParallelSize": 1},
+            id="Mooncake pairs keep their published bytes",
+        ),
+    ],
+)
+def test_routing_table_moriio_fields_are_written_only_when_not_default(kv: KvTransfer, wire: dict[str, object]) -> None:
+    """A router that predates the MoRIIO fields (unknown keys are refused) still reads every table that does not
+    set them, and tables already published keep their fingerprints."""
+    doc = json.loads(BEFORE)
+    doc["pairs"][0]["kvTransfer"] = wire
+    table = RoutingTable.model_validate(doc)
+    assert table.pairs[0].transfer == kv
+    assert json.loads(table.to_json()) == doc
+
+
+def test_routing_table_moriio_defaults_are_vllms() -> None:
+    kv = KvTransfer(connector="MoRIIOConnector")
+    assert (kv.moriio_mode, kv.handshake_port, kv.notify_port) == ("Write", 6301, 61005)
