@@ -9,7 +9,8 @@ What it owns: the demo's script, in order —
    fast rejects and drives the prefill and decode legs to engine doubles listening on the engine pods'
    own addresses (the nodes get loopback pod CIDRs). The simulator's live mode (`tandem sim live`) paces
    those doubles — each pod's queues, prefix cache and batching decide when a leg answers — and serves
-   vLLM-named metrics per pod to the real Prometheus (the router's own metrics are scraped too); stack
+   vLLM-named metrics per pod to the real Prometheus (the router's own `/metrics` is on its health
+   listener, not scraped: the dev Prometheus takes loopback targets only); stack
    versions get their own behaviour (a bad one has a slower prefill);
 3. the operator (`tandem run`, a child process) pointed at that Prometheus;
 4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
@@ -64,6 +65,8 @@ LOW_RATE, HIGH_RATE = 20.0, 60.0
 # good version pass. At 8× the canary pair reaches stable's hit ratio (~0.25) one window after it starts
 # serving (measured offline with the live model: 0.57, 0.92, 1.15, 1.15, 1.06 × stable in 30 s windows).
 TRACE_SPEEDUP = 8.0
+BAKE_S = 75
+"""The example's 10-minute bake at 50 %, at the demo's trace speed (TRACE_SPEEDUP)."""
 PROMOTION_WAIT_S = 720.0
 """Two analysis steps of the example's analysis (initialDelay 60 s + 3 × 30 s streak each) plus the pairs
 (447 s measured with the traffic through the router)."""
@@ -110,6 +113,11 @@ def demo_fleet() -> list[dict[str, Any]]:
         {"setCanaryPairs": 1},
         {"analysis": {}},
         {"setWeight": 50},
+        # The example bakes 10 minutes at 50 % before it analyses; the demo's trace runs 8× (TRACE_SPEEDUP), so
+        # 10 trace minutes are 75 s here. The bake lets the new canary pairs' caches take over the
+        # conversations moved to them: without it, a 50 % canary of three brand-new pairs hit 0.85× stable for
+        # five minutes and the example's `local-kv-hits` gate rolled a good version back (one run of two).
+        {"pause": {"duration": f"{BAKE_S}s"}},
         {"analysis": {}},
         {"setWeight": 100},
     ]
@@ -279,7 +287,7 @@ def run_story(demo: Demo) -> dict[str, Any]:
     good = copy.deepcopy(speed)
     good["spec"]["stack"].update({"version": "v33", "image": image("v33")})
     good["spec"]["pairs"]["replicas"] = demo.pool("speed")["spec"]["pairs"]["replicas"]
-    demo.mark("rolling out stack v33 (a good version): 1 canary pair, analysis, 50 %, analysis, 100 %")
+    demo.mark("rolling out stack v33 (a good version): 1 canary pair, analysis, 50 %, bake, analysis, 100 %")
     t0 = time.monotonic()
     demo.apply(good)
     demo.wait(
@@ -407,7 +415,6 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
     )
     router.start()
     kube.apply(router_endpoint_slice(NAMESPACE, router.metrics_host, router.metrics_port))
-    prometheus.add_target("demo-router", [f"{router.metrics_host}:{router.metrics_port}"], {"job": "tandem-router"})
     served = demo_fleet()[1]["spec"]["model"]["servedName"]
     front = LiveFront(exporter, router.url, model=served).start()
     say(f"the trace's requests go to {router.url} as streamed completions; engine doubles answer on pod addresses")
