@@ -22,13 +22,13 @@ test can assert that everything else the builder emitted reaches vLLM unchanged 
   holding the builder's ``mooncake.json`` for a master on loopback (``SUBSTITUTED_ENV``).
 
 Every process the tier starts goes through ``spawn``: it dies with the pytest process that started it
-(Linux's parent-death signal), so a killed test run leaves no engine behind.
+(Linux's parent-death signal, ``tandem_lab.dev.lifetime``, which the cluster fixtures use too), so a killed
+test run leaves no engine behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -47,12 +47,12 @@ import pytest
 
 from tandem.builders.common import SCRATCH_DIR
 from tandem.builders.pods import SCRATCH_ENV
+from tandem_lab.dev.lifetime import bind_to_this_process
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_SHIM = Path(__file__).resolve().parent / "cpushim"
 CPU_SHIM_APPLIED = "tandem-realengine-shim: NIXL progress-thread poll timeout 0 -> "
 MOONCAKE_SHIM_APPLIED = "tandem-realengine-shim: Mooncake current_device_index without a GPU -> 0"
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_DEATH_SIGNAL = signal.SIGTERM  # vLLM's API server stops its engine-core processes on SIGTERM
 INSTALLER = REPO / "tools" / "realengine" / "install.sh"
 LOOPBACK = "127.0.0.1"
@@ -199,22 +199,11 @@ def cpu_env(
     return env
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the child before exec: ask Linux for ``PARENT_DEATH_SIGNAL`` when the parent dies, and take it
-    now if the parent already died between fork and here (the request would then never fire)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0) != 0:
-        os._exit(127)
-    if os.getppid() != parent:
-        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
-
-
 def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
     """Start a process of the tier in its own session (so ``stop_process`` can reach its whole group),
     logging to ``log``, and bound to this process's life: when pytest dies, even by SIGKILL, the child
     gets ``PARENT_DEATH_SIGNAL``. The signal is tied to the thread that forks; pytest starts every
     fixture's process from its main thread, whose end is the process's end."""
-    parent = os.getpid()
     with log.open("wb") as out:
         return subprocess.Popen(
             list(argv),
@@ -222,7 +211,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - pytest's fixtures run single-threaded
+            preexec_fn=bind_to_this_process(PARENT_DEATH_SIGNAL),  # noqa: PLW1509 - pytest's fixtures run single-threaded
         )
 
 

@@ -26,9 +26,9 @@ HELPER = """
 import subprocess, sys
 from pathlib import Path
 from tests.realengine.engines import spawn
-idle = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+idle = [sys.executable, "-c", "import signal; signal.pause()"]  # not stdin: the parent's death is no EOF here
 bound = spawn(idle, {"PATH": "/usr/bin:/bin"}, Path(sys.argv[1]))
-unbound = subprocess.Popen(idle, stdin=subprocess.PIPE, start_new_session=True)
+unbound = subprocess.Popen(idle, stdin=subprocess.DEVNULL, start_new_session=True)
 print(bound.pid, unbound.pid, flush=True)
 sys.stdin.read()
 """
@@ -42,7 +42,7 @@ def _exited(pidfd: int, timeout_s: float) -> bool:
 
 
 def test_spawned_processes_die_with_the_process_that_started_them(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator"), str(REPO / "lab")])}
     parent = subprocess.Popen(
         [sys.executable, "-c", HELPER, str(tmp_path / "child.log")],
         stdin=subprocess.PIPE,

@@ -62,6 +62,7 @@ def prometheus(prefill: BuiltEngine, decode: BuiltEngine, scratch: Path) -> Iter
         state_dir=scratch / "prometheus",
         scrape_interval_s=SCRAPE_INTERVAL_S,
         relabel_configs=chart_relabel_rules(prefill.pod["metadata"]["namespace"]),
+        die_with_parent=True,
     )
     server.start()
     try:

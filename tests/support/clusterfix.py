@@ -17,8 +17,9 @@ What it owns:
 
 Invariants: a missing binary or a control plane that fails to start is a test *error* with the fix in
 the message (``make testenv``), never a skip, with or without ``CI`` (testing.md §1). Deselect the tier
-explicitly with ``-m "not cluster"``. A session that crashed leaves state that the next session
-reaps (clusters named ``pytest-*`` whose owner PID is gone).
+explicitly with ``-m "not cluster"``. The session's cluster and Prometheus die with the pytest process,
+however it dies (``cluster.up(die_with_caller=True)``: a guard runs ``tandem dev cluster down``); whatever
+that teardown leaves, the next session reaps (clusters named ``pytest-*`` whose owner PID is gone).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def dev_cluster(toolchain: Toolchain) -> Iterator[DevCluster]:
         scrape_interval_s=SESSION_SCRAPE_INTERVAL_S,
     )
     try:
-        state = devcluster.up(options, toolchain=toolchain, owner_pid=os.getpid())
+        # Bound to this session: a pytest killed even by SIGKILL takes its control plane and Prometheus along.
+        state = devcluster.up(options, toolchain=toolchain, owner_pid=os.getpid(), die_with_caller=True)
     except (devcluster.ClusterError, TestenvError) as exc:
         _fail(f"the local control plane did not start: {exc}")
     cluster = DevCluster(
@@ -217,6 +219,7 @@ def prometheus(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
         binary=dev_cluster.toolchain.prometheus,
         state_dir=tmp_path_factory.mktemp("prometheus"),
         scrape_interval_s=SESSION_SCRAPE_INTERVAL_S,
+        die_with_parent=True,
     )
     own.start()
     try:

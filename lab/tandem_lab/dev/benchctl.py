@@ -1243,7 +1243,7 @@ def c6_with_load_delay(b: Bench, exporter: Any, delay_s: float) -> dict[str, Any
     name = f"{b.state.name}-load"[:40]
     b.say(f"C6 with a {delay_s:g} s model load: second cluster {name!r} (KWOK Ready delay {delay_s:g} s)")
     options = devcluster.ClusterOptions(name=name, nodes=0, scrape_interval_s=1.0, load_delay_s=delay_s)
-    state = devcluster.up(options, root=b.root, toolchain=b.toolchain, progress=b.say)
+    state = devcluster.up(options, root=b.root, toolchain=b.toolchain, progress=b.say, die_with_caller=not b.keep)
     try:
         kube = state.kube(timeout_s=120)
         install_crds(kube)
@@ -1410,6 +1410,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
             root=args.state_dir,
             toolchain=toolchain,
             progress=say,
+            # A benchmark that tears its cluster down also takes it along when killed; --keep leaves it up.
+            die_with_caller=not args.keep,
         )
     except (devcluster.ClusterError, TestenvError) as exc:
         print(f"tandem bench controller: {exc}", file=sys.stderr)

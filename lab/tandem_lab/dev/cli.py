@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,28 @@ def _status_dict(st: devcluster.ClusterStatus) -> dict[str, Any]:
         "nodes": st.nodes,
         "gpusAllocatable": st.gpus_allocatable,
     }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``tandem`` with only ``dev`` registered: what ``main`` parses."""
+    parser = argparse.ArgumentParser(prog="tandem")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tandem_lab.dev.cli dev cluster down --name N``: these commands without the ``tandem``
+    console script and the lab's entry point, so a cluster's guard (``lifetime.start_guard``) tears down
+    with nothing but the interpreter that started it."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    result: int = func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

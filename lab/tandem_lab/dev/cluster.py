@@ -20,6 +20,11 @@ two clusters with different names coexist (every port is chosen free at ``up``).
 What it must not do: download anything (every binary path is absolute and local), touch
 ``~/.kube/config``, or bind anything but 127.0.0.1.
 
+Lifetime: a cluster started by ``tandem dev cluster up`` outlives the command (``make demo`` and users
+rely on that). A caller that owns the cluster's whole life (a pytest session, a benchmark) passes
+``die_with_caller``: Prometheus gets the parent-death signal, and a guard (``lifetime.start_guard``) runs
+``down`` when the caller dies, even by SIGKILL, because kwokctl's components are not the caller's children.
+
 Invariants: ``down`` leaves no process whose command line mentions the cluster's directories
 (checked by scanning /proc after kwokctl's own teardown); a failed ``up`` tears down what it started.
 """
@@ -33,6 +38,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -42,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from tandem_lab.dev import audit, stages
+from tandem_lab.dev import audit, lifetime, stages
 from tandem_lab.dev import nodes as gpu_nodes
 from tandem_lab.dev.kube import Kubectl, KubectlError
 from tandem_lab.dev.prometheus import DEFAULT_LOOKBACK_DELTA, DEFAULT_SCRAPE_INTERVAL_S, PrometheusServer
@@ -125,6 +131,7 @@ class ClusterState:
     lookback_delta: str = DEFAULT_LOOKBACK_DELTA
     options: dict[str, Any] = field(default_factory=dict)
     owner_pid: int | None = None  # set by the pytest fixture; stale clusters of dead owners are reaped
+    guard_pid: int | None = None  # the guard that runs `down` when the caller dies (up's die_with_caller)
     created_at: str = ""
     startup_seconds: float = 0.0
 
@@ -356,14 +363,34 @@ def pid_alive(pid: int | None) -> bool:
 # --- up / down / status ----------------------------------------------------------------------------
 
 
+def teardown_command(name: str, root: Path | None = None) -> list[str]:
+    """``tandem dev cluster down`` for this cluster, runnable by this interpreter without the console script."""
+    return [
+        sys.executable,
+        "-m",
+        "tandem_lab.dev.cli",
+        "dev",
+        "cluster",
+        "down",
+        f"--name={name}",
+        f"--state-dir={state_root(root)}",
+    ]
+
+
 def up(
     options: ClusterOptions,
     root: Path | None = None,
     toolchain: Toolchain | None = None,
     progress: Progress = _quiet,
     owner_pid: int | None = None,
+    die_with_caller: bool = False,
 ) -> ClusterState:
-    """Start a cluster (or return the running one of that name). Raises ClusterError on failure."""
+    """Start a cluster (or return the running one of that name). Raises ClusterError on failure.
+
+    ``die_with_caller``: the cluster this call starts goes when the calling process dies, however it dies
+    (module docstring, "Lifetime"); a running cluster it returns keeps its own lifetime. Call it from the
+    thread whose end is the caller's end (the main thread): the parent-death signal follows that thread.
+    """
     options.validate()
     toolchain = toolchain or locate()
     needed = CLUSTER_BINARIES + (("prometheus",) if options.prometheus else ())
@@ -420,8 +447,10 @@ def up(
         owner_pid=owner_pid,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    state.save()
     log = sdir / "kwokctl.log"
+    if die_with_caller:  # before anything starts, so a caller killed during `up` leaves nothing either
+        state.guard_pid = lifetime.start_guard(teardown_command(options.name, root), sdir / "guard.log").pid
+    state.save()
     try:
         progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (kwokctl)")
         proc = _run_kwokctl(
@@ -474,6 +503,7 @@ def up(
                 state_dir=sdir / "prometheus",
                 scrape_interval_s=options.scrape_interval_s,
                 lookback_delta=options.lookback_delta,
+                die_with_parent=die_with_caller,
             )
             progress("starting Prometheus on 127.0.0.1")
             prom.start()
@@ -540,6 +570,9 @@ def down(
     cluster_dir = workdir / "clusters" / name
     state = load_state(name, root)
     if state is not None:
+        # Our own teardown: the guard must not start a second one (unless it is the guard that runs this).
+        if state.guard_pid not in (os.getpid(), os.getppid()):
+            lifetime.dismiss_guard(state.guard_pid)
         prom = state.prometheus_server()
         if prom is not None:
             progress("stopping Prometheus")

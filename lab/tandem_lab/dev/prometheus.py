@@ -2,8 +2,9 @@
 
 What it owns: the Prometheus config (short scrape interval; targets come only from ``file_sd_configs``
 reading ``<state>/targets/*.json``, so a test or ``tandem sim`` adds a target by writing a file), the
-server process (started detached, so it outlives ``tandem dev cluster up``; stopped with SIGTERM), and
-helpers to register targets and query the HTTP API.
+server process (started detached, so it outlives ``tandem dev cluster up``; stopped with SIGTERM; with
+``die_with_parent`` it also gets SIGTERM when the process that started it dies, for test sessions and
+benchmarks), and helpers to register targets and query the HTTP API.
 
 What it must not do: discover anything through Kubernetes (``kubernetes_sd``) or scrape non-loopback
 addresses: KWOK pod IPs are fake (testing.md §2.6).
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tandem_lab.dev.lifetime import bind_to_this_process
 
 DEFAULT_SCRAPE_INTERVAL_S = 2.0
 DEFAULT_LOOKBACK_DELTA = "5m"
@@ -101,6 +104,8 @@ class PrometheusServer:
     lookback_delta: str = DEFAULT_LOOKBACK_DELTA
     pid: int | None = None
     relabel_configs: Sequence[Mapping[str, Any]] = ()
+    die_with_parent: bool = False
+    """Start the server bound to this process (``lifetime.bind_to_this_process``): it stops when we die."""
 
     @property
     def url(self) -> str:
@@ -148,6 +153,7 @@ class PrometheusServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # survives the CLI that started it; not in its process group
                 cwd=self.state_dir,
+                preexec_fn=bind_to_this_process() if self.die_with_parent else None,  # noqa: PLW1509 - main thread
             )
         self.pid = proc.pid
         deadline = time.monotonic() + timeout_s

@@ -98,7 +98,13 @@ def _wrap(exc: ApiException) -> KubeError:
 
 
 class KubeApi(Protocol):
-    """What the reconcile needs from Kubernetes (one fake implements it in tests/fakes/kube.py)."""
+    """What the reconcile needs from Kubernetes. `RealKube` is its only full implementation.
+
+    There is no in-memory fake of the whole interface: component tests run `RealKube` against KMock's
+    HTTP emulator (tests/component/test_reconcile_kmock.py), the cluster tier against a real API server,
+    and unit tests hand a function a stand-in with just the methods it calls (e.g. `QuotaKube` in
+    tests/unit/reconcile/test_act_failure_keeps_table_own.py, `StatusServer` in test_status_rebase.py).
+    """
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tandem_lab.dev import cluster, testenv
+from tandem_lab.dev import cli, cluster, testenv
 
 VERSIONS = testenv.Versions(k8s="v1.34.4", etcd="v3.6.14", kwok="v0.8.0", helm="v3.21.4")
 
@@ -111,3 +112,11 @@ def test_controller_manager_and_scheduler_run_without_leader_election(
     patched = {p["name"]: p["extraArgs"] for p in config["componentsPatches"]}
     want = [{"key": "leader-elect", "value": "false"}]
     assert patched == {"kube-controller-manager": want, "kube-scheduler": want}
+
+
+def test_guard_teardown_is_the_dev_cli_down_command_for_that_cluster(tmp_path: Path) -> None:
+    argv = cluster.teardown_command("pytest-abc", tmp_path)
+    assert argv[:3] == [sys.executable, "-m", "tandem_lab.dev.cli"]
+    args = cli.build_parser().parse_args(argv[3:])
+    assert args.func is cli.cmd_down
+    assert (args.name, args.state_dir) == ("pytest-abc", tmp_path.resolve())
