@@ -36,8 +36,20 @@ def test_loads_keep_pools_of_other_namespaces_apart() -> None:
         pytest.param(
             3,
             PairLoad(in_flight=1, queued=2, kv_utilization_percent=97.0),
-            PairLoad(in_flight=3, queued=2, kv_utilization_percent=97.0),
-            id="field-wise maximum: own in flight, engine queue and KV",
+            PairLoad(in_flight=1, queued=2, kv_utilization_percent=97.0),
+            id="own holds include the engine queue: each request counted once, engine KV",
+        ),
+        pytest.param(
+            5,
+            PairLoad(in_flight=1, queued=2),
+            PairLoad(in_flight=3, queued=2),
+            id="holds the engines do not show yet count as in flight",
+        ),
+        pytest.param(
+            1,
+            PairLoad(in_flight=4, queued=3),
+            PairLoad(in_flight=4, queued=3),
+            id="other replicas' queue larger than own holds: the engine view",
         ),
         pytest.param(
             2, PairLoad(in_flight=6), PairLoad(in_flight=6), id="engines see other replicas' requests: theirs wins"
