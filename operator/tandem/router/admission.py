@@ -16,8 +16,7 @@ the engines report it, without being counted twice once they do:
 - ``in_flight`` is the larger of the engines' running count and this replica's holds *minus* that queue,
   because every queued request is one of the holds. Taking both maxima field by field would count a
   queued request twice in the load the bounded-load walk compares (``in_flight + queued``), and a pair
-  with a queue would look heavier than it is: in the demo's traffic 26 % of requests walked away from
-  their home pair that way, where the simulator (which counts each request once) walked almost none.
+  with a queue would look heavier than the simulator (which counts each request once) sees it.
 
 So ``in_flight + queued`` is ``max(own holds, engine running + engine waiting)``: every request once. A
 stale or missing engine view leaves the own counts alone.
