@@ -8,7 +8,6 @@ operator alone. A demo that breaks fails `make test`, not the first person who t
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -49,11 +48,3 @@ def test_the_demo_story_runs_end_to_end(toolchain: Toolchain) -> None:
     ):
         assert line in out, f"the demo never said {line!r}:\n{out[-4000:]}"
     assert "Traceback" not in out, out[-4000:]
-    # The traffic went through tandem router (issue 15 item 8): the client's outcome counts, printed in the
-    # summary. Pairs come and go under load (a scale-up, two rollouts), so a few requests may fail; nearly all
-    # must be served.
-    found = re.search(r"requests sent through tandem router, by client outcome: (.*)", out)
-    assert found, f"the demo never said how its requests fared through the router:\n{out[-4000:]}"
-    outcomes = {k: int(v) for k, v in re.findall(r"([\w-]+) (\d+)", found.group(1))}
-    total = sum(outcomes.values())
-    assert outcomes.get("ok", 0) >= 0.98 * total > 0, outcomes

@@ -3,15 +3,14 @@
 What it owns: the demo's script, in order —
 1. a local control plane (`tandem dev cluster up`: etcd, kube-apiserver, controller-manager, scheduler,
    KWOK MI325X nodes, Prometheus scraping every second), Tandem's CRDs;
-2. traffic through the router: `tandem router` (a child process) watches the pools' routing tables; the
-   Mooncake conversation trace is replayed as real streamed completions sent to it
-   (:mod:`tandem_lab.dev.livefront`); the router classifies each, hashes its prefix onto a pair, walks on
-   fast rejects and drives the prefill and decode legs to engine doubles listening on the engine pods'
-   own addresses (the nodes get loopback pod CIDRs). The simulator's live mode (`tandem sim live`) paces
-   those doubles — each pod's queues, prefix cache and batching decide when a leg answers — and serves
-   vLLM-named metrics per pod to the real Prometheus (the router's own `/metrics` is on its health
-   listener, not scraped: the dev Prometheus takes loopback targets only); stack
-   versions get their own behaviour (a bad one has a slower prefill);
+2. engine metrics: the simulator's live mode (`tandem sim live`) replays the Mooncake conversation trace
+   through the pools' published routing tables (hash-bias routing, bounded-load walk), simulates each
+   engine pod's queues and prefix cache, and serves vLLM-named metrics per pod to the real Prometheus;
+   stack versions get their own behaviour (a bad one has a slower prefill). With ``--through-router`` the
+   trace goes through the real `tandem router` instead (:mod:`tandem_lab.dev.livefront`, design note 015):
+   streamed completions to the router, which classifies, hashes, walks and drives both legs to engine
+   doubles on the engine pods' own addresses (loopback pod CIDRs), paced by the live model. Not the default
+   yet: with it the example's gates rolled the good version back in 3 of 5 runs (gate noise, issue 17);
 3. the operator (`tandem run`, a child process) pointed at that Prometheus;
 4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
 5. the story: pairs come up; load rises and the speed pool scales; a good stack version walks its
@@ -87,16 +86,16 @@ def image(tag: str) -> str:
     return IMAGE.format(tag=tag, digest=_digest(tag))
 
 
-def demo_fleet() -> list[dict[str, Any]]:
+def demo_fleet(through_router: bool = False) -> list[dict[str, Any]]:
     """The reference fleet's manifests, sized for a 2-core machine; the speed pool's analysis is the example's."""
     cache = yaml.safe_load((EXAMPLES / "mooncake-cache.yaml").read_text())
     cache["spec"]["store"]["segmentSize"] = "64Gi"
     speed = yaml.safe_load((EXAMPLES / "speed-pool.yaml").read_text())
     spec = speed["spec"]
     spec["stack"].update({"version": "v32", "image": image("v32")})
-    # drainTimeout is a bound: the operator deletes a draining pair as soon as the router reports no open
-    # streams on it (the router's EndpointSlice below), which takes seconds here.
-    spec["pairs"].update({"replicas": 4, "drainTimeout": "30s"})
+    # With the router, drainTimeout is a bound: the operator deletes a draining pair as soon as the router
+    # reports no open streams on it (the router's EndpointSlice), which takes seconds here.
+    spec["pairs"].update({"replicas": 4, "drainTimeout": "30s" if through_router else "3s"})
     spec["placement"]["gpuBudget"] = 96
     # The bounded-load walk skips a pair whose load reaches ceil(c · (total + 1) / pairs). The write-up's pairs
     # carry ~55 requests each, where c = 1.25 (the example's 125 %) skips a pair only at a real hot spot; the
@@ -104,7 +103,8 @@ def demo_fleet() -> list[dict[str, Any]]:
     # Poisson noise alone sends ~30 % of requests off their home pair (measured: 29 % walked), which costs the
     # prefix locality the canary's `local-kv-hits` gate compares. 250 % gives the demo's small integers the
     # slack 125 % gives a large pair (a cap of ~mean + 2.5·sqrt(mean)).
-    spec["routing"]["loadBoundPercent"] = 250
+    if through_router:
+        spec["routing"]["loadBoundPercent"] = 250
     spec["autoscaling"].update(
         {
             "minPairs": 4,
@@ -117,6 +117,7 @@ def demo_fleet() -> list[dict[str, Any]]:
     )
     rollout = spec["rollout"]
     rollout.update({"maxSurge": 1, "progressDeadline": "5m"})
+    bake = [{"pause": {"duration": f"{BAKE_S}s"}}] if through_router else []
     rollout["steps"] = [
         {"setCanaryPairs": 1},
         {"analysis": {}},
@@ -125,7 +126,7 @@ def demo_fleet() -> list[dict[str, Any]]:
         # 10 trace minutes are 75 s here. The bake lets the new canary pairs' caches take over the
         # conversations moved to them: without it, a 50 % canary of three brand-new pairs hit 0.85× stable for
         # five minutes and the example's `local-kv-hits` gate rolled a good version back (one run of two).
-        {"pause": {"duration": f"{BAKE_S}s"}},
+        *bake,
         {"analysis": {}},
         {"setWeight": 100},
     ]
@@ -229,7 +230,7 @@ def _outcomes(front: LiveFront) -> str:
 
 
 def run_story(demo: Demo) -> dict[str, Any]:
-    fleet = demo_fleet()
+    fleet = demo_fleet(through_router=demo.front is not None)
     cache, speed = fleet[0], fleet[1]
     demo.mark("applying the reference fleet: MooncakeCache fleet-cache, pools speed, long-context, images")
     demo.apply(cache)
@@ -244,6 +245,8 @@ def run_story(demo: Demo) -> dict[str, Any]:
         ),
         timeout_s=120,
     )
+    if demo.front is None:
+        demo.exporter.set_rate(LOW_RATE)
     for obj in fleet[1:]:
         demo.apply(obj)
     tick = _progress_printer(demo, "speed")
@@ -261,8 +264,8 @@ def run_story(demo: Demo) -> dict[str, Any]:
         demo.kube.json("get", "mooncakecaches.tandem.dev", "fleet-cache", "-n", NAMESPACE, "-o", "json").get("status")
         or {}
     )
-    demo.exporter.set_rate(LOW_RATE)  # from now on: before, the router had no pair to send to
     if demo.front is not None:
+        demo.exporter.set_rate(LOW_RATE)  # from now on: before, the router had no pair to send to
         front = demo.front
         demo.wait("completions through the router", lambda: front.outcome_counts().get("ok", 0) >= 20, timeout_s=120)
         demo.mark(f"traffic flows through tandem router: {_outcomes(front)}")
@@ -295,7 +298,12 @@ def run_story(demo: Demo) -> dict[str, Any]:
     good = copy.deepcopy(speed)
     good["spec"]["stack"].update({"version": "v33", "image": image("v33")})
     good["spec"]["pairs"]["replicas"] = demo.pool("speed")["spec"]["pairs"]["replicas"]
-    demo.mark("rolling out stack v33 (a good version): 1 canary pair, analysis, 50 %, bake, analysis, 100 %")
+    steps = (
+        "1 canary pair, analysis, 50 %, bake, analysis, 100 %"
+        if demo.front
+        else "1 canary pair, analysis, 50 %, analysis, 100 %"
+    )
+    demo.mark(f"rolling out stack v33 (a good version): {steps}")
     t0 = time.monotonic()
     demo.apply(good)
     demo.wait(
@@ -349,6 +357,13 @@ def register(subparsers: Any) -> None:
     demo.add_argument("--down", action="store_true", help="tear the demo cluster down and exit")
     demo.add_argument("--fresh", action="store_true", help="start from a new cluster even if one is up")
     demo.add_argument(
+        "--through-router",
+        action="store_true",
+        help="send the trace's requests through `tandem router` to engine doubles on the pods' addresses, paced by "
+        "the live model (docs/design/015; not yet the default: with it a good version was rolled back by gate "
+        "noise in 3 of 5 runs, issue 17)",
+    )
+    demo.add_argument(
         "--ci",
         action="store_true",
         help="the test suite's run: its own cluster (demo-ci), started fresh, torn down at the end; exit 1 "
@@ -376,7 +391,11 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
     say("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK) + Prometheus")
     state = devcluster.up(
         devcluster.ClusterOptions(
-            name=name, nodes=args.nodes, scrape_interval_s=1.0, load_delay_s=2.0, loopback_pods=True
+            name=name,
+            nodes=args.nodes,
+            scrape_interval_s=1.0,
+            load_delay_s=2.0,
+            loopback_pods=args.through_router,
         ),
         progress=say,
     )
@@ -402,7 +421,7 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
             key_blocks=2,
             capacity_scale=8.0,
             images_share=0.02,
-            external_routing=True,
+            external_routing=args.through_router,
         ),
         params=params,
         prefix="demo",
@@ -412,26 +431,30 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
     with contextlib.ExitStack() as stack:
         # Everything started from here on stops on the way out, in reverse order, whatever fails.
         stack.callback(exporter.stop)
-        router_log = Path(state.state_dir) / "router.log"
-        say(f"starting tandem router (watches the routing tables of namespace {NAMESPACE}), log: {router_log}")
-        # Its health listener is on this machine's address (an EndpointSlice may not name loopback), so the
-        # operator finds it as the router Service's one replica and asks it for open streams before it deletes
-        # a draining pair (`--router-service`).
-        router = RouterProcess(
-            kubeconfig=Path(state.kubeconfig),
-            namespace=NAMESPACE,
-            log_path=router_log,
-            cwd=REPO,
-            metrics_host=host_address(),
-        )
-        stack.callback(router.stop)
-        router.start()
-        kube.apply(router_endpoint_slice(NAMESPACE, router.metrics_host, router.metrics_port))
-        served = demo_fleet()[1]["spec"]["model"]["servedName"]
-        front = LiveFront(exporter, router.url, model=served)
-        stack.callback(front.stop)
-        front.start()
-        say(f"the trace's requests go to {router.url} as streamed completions; engine doubles answer on pod addresses")
+        front: LiveFront | None = None
+        operator_args: list[str] = []
+        if args.through_router:
+            router_log = Path(state.state_dir) / "router.log"
+            say(f"starting tandem router (watches the routing tables of namespace {NAMESPACE}), log: {router_log}")
+            # Its health listener is on this machine's address (an EndpointSlice may not name loopback), so the
+            # operator finds it as the router Service's one replica and asks it for open streams before it deletes
+            # a draining pair (`--router-service`).
+            router = RouterProcess(
+                kubeconfig=Path(state.kubeconfig),
+                namespace=NAMESPACE,
+                log_path=router_log,
+                cwd=REPO,
+                metrics_host=host_address(),
+            )
+            stack.callback(router.stop)
+            router.start()
+            kube.apply(router_endpoint_slice(NAMESPACE, router.metrics_host, router.metrics_port))
+            served = demo_fleet(through_router=True)[1]["spec"]["model"]["servedName"]
+            front = LiveFront(exporter, router.url, model=served)
+            stack.callback(front.stop)
+            front.start()
+            say(f"the trace's requests go to {router.url} as streamed completions; doubles answer on pod addresses")
+            operator_args = [f"--router-service={NAMESPACE}/{ROUTER_SERVICE}"]
         log_path = Path(state.state_dir) / "operator.log"
         say(f"starting the operator (tandem run), log: {log_path}")
         operator = OperatorProcess(
@@ -440,7 +463,7 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
             log_path=log_path,
             prometheus_url=prometheus.url,
             scrape_interval_s=1.0,
-            extra_args=[f"--router-service={NAMESPACE}/{ROUTER_SERVICE}"],
+            extra_args=operator_args,
         )
         stack.callback(operator.stop, timeout_s=30)
         operator.start()
