@@ -45,6 +45,17 @@ def next_loopback_cidr() -> str:
     return f"127.{64 + n // 256}.{n % 256}.0/24"
 
 
+def terminate(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM a child still running, SIGKILL it after ``timeout_s``, and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as sock:
@@ -156,13 +167,7 @@ class OperatorProcess:
     def stop(self, timeout_s: float = 45.0) -> float:
         """SIGTERM, escalated to SIGKILL after ``timeout_s``; returns the seconds it took to exit."""
         started = time.monotonic()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        terminate(self.proc, timeout_s)
         return time.monotonic() - started
 
     def logs(self) -> str:
@@ -352,26 +357,13 @@ class RouterProcess:
             return True
         return False
 
-    def ready(self) -> bool:
-        """``/ready`` answers 200: its tables are loaded and its request port accepts."""
-        url = f"http://{self.metrics_host}:{self.metrics_port}/ready"
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as resp:
-            return bool(resp.status == 200)
-        return False
-
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM (the router drains its open streams), escalated to SIGKILL after ``timeout_s``."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        terminate(self.proc, timeout_s)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
