@@ -3,6 +3,7 @@ engine's per-revision pairs and canary weights; the statistical floor of benchma
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -226,3 +227,49 @@ def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypa
     assert by_arm["tandem"]["act_s"] == 0.0
     assert all(c.surge_room is not None for c in calls)
     assert by_arm["flagger"]["decide_s"] >= (p.policies.flagger.threshold - 1) * p.policies.flagger.interval_s
+
+
+def _w5_prepared(p: Any, cfg: ScenarioConfig) -> tuple[Any, int, tuple[int, int], float]:
+    prep = rollout.prepare(cfg, 1, p)
+    pairs, shape = rollout.w5_pairs(prep)
+    return prep, pairs, shape, cfg.event_time_s(p)
+
+
+def _comparable(m: dict[str, Any]) -> str:
+    """The metrics without where the run ended, NaN-safe (``nan != nan``)."""
+    return json.dumps({k: v for k, v in m.items() if k != "ended_s"}, sort_keys=True, default=str)
+
+
+def test_a_run_continued_from_the_shared_warm_up_is_the_straight_run() -> None:
+    """W5 simulates the part before the revision is applied once per seed and forks it per arm and
+    variant: each forked run must be the run a straight simulation from t = 0 gives, to the last metric."""
+    p = load_params()
+    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
+        gate["minSamples"] = 0
+    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
+    prep, pairs, shape, t_apply = _w5_prepared(p, cfg)
+    warm = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale)
+    straight = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale, until=0.0)
+    assert warm.sim.now < t_apply and warm.sim.events > 0 and straight.sim.events == 0
+    for arm in rollout.ARMS:
+        forked = [rollout.run_arm(prep, cfg, arm, pairs, shape, print, w) for w in (warm, warm, straight)]
+        a, b, c = (_comparable(r.metrics) for r in forked)
+        assert forked[0].metrics["requests_on_canary"] > 0 and forked[0].metrics["rolled_back"], arm
+        assert a == b == c, arm  # the fork leaves the warm simulation as it was; forked = straight
+        np.testing.assert_array_equal(forked[0].result.ttft, forked[2].result.ttft)
+
+
+def test_settling_ends_the_run_without_changing_what_w5_measures() -> None:
+    p = load_params()
+    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
+        gate["minSamples"] = 0
+    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
+    prep, pairs, shape, t_apply = _w5_prepared(p, cfg)
+    warm = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale)
+    full = rollout.run_arm(prep, cfg, "tandem", pairs, shape, print, warm).metrics
+    settled = rollout.run_arm(prep, cfg, "tandem", pairs, shape, print, warm, settle=True).metrics
+    assert full["ended_s"] is None and full["rolled_back"]
+    assert settled["ended_s"] is not None
+    assert settled["weight_zero_s"] + rollout.SETTLED_GRACE_S <= settled["ended_s"] < prep.workload.duration_s
+    for key in ("decision_s", "weight_zero_s", "first_breach_s", "requests_on_canary", "canary_share_of_all_requests"):
+        assert settled[key] == full[key], key

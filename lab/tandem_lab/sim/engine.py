@@ -36,6 +36,7 @@ Must not: read the clock or the environment, or draw randomness outside the stre
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import math
 from collections import deque
@@ -480,6 +481,10 @@ class Simulation:
         self.hook_log: list[dict[str, Any]] = []
         self.events = 0
         self._hooks: list[tuple[float, Callable[[Simulation], None], str]] = []
+        self._arrivals: list[float] = []
+        self._ai = 0
+        self._next_progress = options.progress_every_s
+        self._halted = False
 
     def _walk_bound(self, shape: tuple[int, int]) -> WalkBound:
         """The router's walk parameters. Admission limits are per instance in the pool API (in flight =
@@ -1376,27 +1381,69 @@ class Simulation:
     # --- main loop ---------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        """The whole run: :meth:`start`, every event up to the horizon (and the tail), :meth:`result`."""
+        self.start()
+        self.advance()
+        return self.result()
+
+    def start(self) -> None:
+        """Create the initial fleet and queue the periodic events and the :meth:`at` hooks."""
         self.apply_target(self.policy.initial_target(), initial=True)
-        obs_p = self.p.observation
         self.push(0.0, EV_SCRAPE, None)
         self.push(self.policy.interval_s, EV_POLICY, None)
         self.push(0.0, EV_SAMPLE, None)
         for t, hook, label in self._hooks:
             self.push(t, EV_HOOK, (hook, label))
-        arrivals = self.wl.arrival_s.tolist()
+        self._arrivals = self.wl.arrival_s.tolist()
+        self._ai = 0
+
+    def halt(self) -> None:
+        """From a hook: end the run after this hook (requests still in flight stay pending: timeouts).
+
+        For measurements that are settled before the horizon (a W5 rollback has taken effect); never
+        for GPU-hour or attainment results, which need the whole horizon."""
+        self._halted = True
+
+    def fork(self, *riders: Any) -> tuple[Simulation, tuple[Any, ...]]:
+        """A deep copy that continues exactly as this run would (between two :meth:`advance` calls),
+        sharing the read-only inputs (workload, capacity model, params, error draws, arrival times,
+        routing keys). ``riders`` (objects the queued hooks refer to) are copied with it, so the copy's
+        hooks refer to the copied riders."""
+        shared = (self.wl, self.cap, self.p, self.err, self._arrivals, self.keys)
+        memo: dict[int, Any] = {id(x): x for x in shared}
+        sim, copied = copy.deepcopy((self, riders), memo)
+        return sim, copied
+
+    @property
+    def halted(self) -> bool:
+        """:meth:`halt` ended the run before its horizon."""
+        return self._halted
+
+    def advance(self, before: float = INF) -> bool:
+        """Process events and arrivals in time order while their time is < ``before``; True when the
+        run is over (horizon and tail reached, or :meth:`halt`). Stopping at ``before`` and going on
+        later gives the same run as not stopping: nothing is popped that is not processed, so a copy
+        of the simulation taken between two calls (``copy.deepcopy``) continues exactly as the original
+        would (W5 shares one warm-up across its canary variants this way)."""
+        obs_p = self.p.observation
+        arrivals = self._arrivals
         n = len(arrivals)
-        ai = 0
+        ai = self._ai
         heap = self._heap
         horizon = self.horizon
         stop = horizon + self.opt.tail_s
         progress = self.opt.progress
-        next_progress = self.opt.progress_every_s
+        next_progress = self._next_progress
         pop = heapq.heappop
+        over = False
         while True:
             t_arr = arrivals[ai] if ai < n else INF
             if heap and heap[0][0] <= t_arr:
+                if heap[0][0] >= before:
+                    break
                 t, _, kind, obj, version = pop(heap)
                 if t > stop:
+                    over = True
                     break
                 self.now = t
                 self.events += 1
@@ -1429,19 +1476,32 @@ class Simulation:
                     hook(self)
                     if label:
                         self.hook_log.append({"t": round(t, 3), "hook": label})
+                    if self._halted:
+                        over = True
+                        break
                 if t >= horizon and ai >= n and self.outstanding == 0:
+                    over = True
                     break
             elif ai < n:
+                if t_arr >= before:
+                    break
                 self.now = t_arr
                 self._arrive(ai)
                 ai += 1
                 self.events += 1
             else:
+                over = True
                 break
             if progress is not None and self.now >= next_progress:
                 progress(self.now, self.finished, n)
                 next_progress += self.opt.progress_every_s
-        self.now = max(self.now, horizon)
+        self._ai = ai
+        self._next_progress = next_progress
+        return over
+
+    def result(self) -> SimResult:
+        """The run's results (after :meth:`advance` returned True)."""
+        self.now = max(self.now, self.horizon)
         return self._result()
 
     def _result(self) -> SimResult:

@@ -655,6 +655,74 @@ def w5_pairs(prep: Prepared) -> tuple[int, tuple[int, int]]:
     return max(2, math.ceil(p / shape[0] - 1e-9), math.ceil(d / shape[1] - 1e-9)), shape
 
 
+class ApplySlot:
+    """The hook that applies the new revision at ``t_apply``. It is registered before the shared warm-up
+    (so the hook's place among the events at ``t_apply`` is the one a straight run gives it), and each
+    variant's copy of the warm simulation gets its own controller's ``apply`` as the target."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[Simulation, float], None] | None = None
+
+    def __call__(self, sim: Simulation) -> None:
+        if self.target is None:
+            raise RuntimeError("W5: the revision was applied before a rollout arm was attached")
+        self.target(sim, sim.now)
+
+
+@dataclass
+class Warm:
+    """A W5 simulation run up to (not including) ``t_apply``: the part every arm and variant shares.
+
+    The canary revision is neither applied nor routed to before ``t_apply``, and the controllers do
+    nothing until it is, so every (variant, arm) run is the same up to that instant: one warm-up per seed,
+    then a ``copy.deepcopy`` per run (continuing a copy is the same run as never stopping:
+    ``Simulation.advance``; ``tests/sim/test_rollout.py`` checks it)."""
+
+    sim: Simulation
+    slot: ApplySlot
+    t_apply: float
+    wall_s: float
+
+
+def warm_up(
+    prep: Prepared, pairs: int, shape: tuple[int, int], t_apply: float, scale: float, until: float | None = None
+) -> Warm:
+    """Build the fixed W5 fleet and simulate it up to ``t_apply`` (see :class:`Warm`); ``until`` (≤
+    ``t_apply``) stops it earlier (``0``: nothing simulated yet, each run is a straight run)."""
+    params, wl = prep.params, prep.workload
+    fleet = FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs", name="w5")
+    options = SimOptions(
+        topology="pairs",
+        router=params.router.policy,
+        routing_keys=prep.keys,
+        horizon_s=wl.duration_s,
+        rate_scale=scale,
+        max_instances=10 * pairs * (shape[0] + shape[1]),
+        default_shape=shape,
+    )
+    sim = Simulation(params, prep.cap, wl, fleet, options, stream(prep.seed, "lifecycle"), prep.errors)
+    sim.revisions[STABLE].error_prob = params.policies.stable_error_prob
+    sim.add_revision(Revision(CANARY))  # its performance is the variant's, set on each copy
+    slot = ApplySlot()
+    sim.at(t_apply, slot, f"apply revision {CANARY}")
+    start = time.perf_counter()
+    sim.start()
+    sim.advance(before=t_apply if until is None else min(until, t_apply))
+    return Warm(sim, slot, t_apply, time.perf_counter() - start)
+
+
+SETTLED_GRACE_S = 60.0
+"""``settle``: how long a run goes on after the canary's weight reached 0 (nothing it measures changes)."""
+
+
+def _settled(tl: Timeline, now: float) -> bool:
+    """The rollout's outcome is fixed and nothing measured can change: rolled back and the canary's weight
+    at 0 for ``SETTLED_GRACE_S`` (no new request can reach the bad revision), or promoted."""
+    if tl.promoted_s is not None:
+        return True
+    return tl.weight_zero_s is not None and now >= tl.weight_zero_s + SETTLED_GRACE_S
+
+
 def run_arm(
     prep: Prepared,
     cfg: ScenarioConfig,
@@ -662,9 +730,16 @@ def run_arm(
     pairs: int,
     shape: tuple[int, int],
     say: Callable[[str], None],
+    warm: Warm,
+    settle: bool = False,
 ) -> W5Arm:
-    """One rollout arm on the prepared W5 workload (``cfg`` chooses the canary and the gate set)."""
-    params, wl = prep.params, prep.workload
+    """One rollout arm on a copy of the warm W5 simulation (``cfg`` chooses the canary and the gate set).
+
+    ``settle``: end the run once the outcome is settled (:func:`_settled`) instead of at the horizon. The
+    W5 measures (detection, act, requests on the bad revision over *all* the window's requests) are the
+    same; GPU-hours and attainment are not (``metrics["ended_s"]`` says where it stopped), so the
+    single-seed W5 of ``fleet.md`` runs to the horizon and ``--seeds`` settles."""
+    params = prep.params
     pool = build_pool(params, pairs, shape, prep.ttft_target_ms / 1000.0, cfg.gates)
     ctrl: TandemRollout | FlaggerRollout
     scrape = params.observation.scrape_interval_s
@@ -674,28 +749,28 @@ def run_arm(
         ctrl = FlaggerRollout(params, pool, scrape, params.policies.reconcile_s)
     else:
         raise ValueError(f"unknown rollout arm {arm!r}; choose from {', '.join(ARMS)}")
-    fleet = FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs", name=f"w5-{arm}")
-    options = SimOptions(
-        topology="pairs",
-        router=params.router.policy,
-        routing_keys=prep.keys,
-        horizon_s=wl.duration_s,
-        rate_scale=cfg.scale,
-        max_instances=10 * pairs * (shape[0] + shape[1]),
-        default_shape=shape,
-    )
-    sim = Simulation(params, prep.cap, wl, fleet, options, stream(prep.seed, "lifecycle"), prep.errors)
-    sim.revisions[STABLE].error_prob = params.policies.stable_error_prob
+    sim, (slot,) = warm.sim.fork(warm.slot)
     tpot = cfg.canary_tpot_mult if cfg.canary == "tpot" else 1.0
     prefill = cfg.canary_ttft_mult if cfg.canary == "ttft" else 1.0
     err = params.policies.stable_error_prob + (cfg.canary_error_prob if cfg.canary == "errors" else 0.0)
     sim.add_revision(Revision(CANARY, prefill_mult=prefill, tpot_mult=tpot, error_prob=err))
-    t_apply = cfg.event_time_s(params)
-    sim.at(t_apply, lambda s: ctrl.apply(s, s.now), f"apply revision {CANARY} ({cfg.canary})")
+    slot.target = ctrl.apply
+    if settle:
+
+        def watch(s: Simulation) -> None:
+            if _settled(ctrl.timeline, s.now):
+                s.halt()
+            else:
+                s.schedule(s.now + params.policies.reconcile_s, watch)
+
+        sim.schedule(warm.t_apply, watch)
     start = time.perf_counter()
-    res = sim.run()
+    sim.advance()
+    ended = sim.now if sim.halted else None
+    res = sim.result()
     wall = time.perf_counter() - start
     metrics = w5_metrics(prep, res, ctrl.timeline, cfg)
+    metrics["ended_s"] = ended
     say(
         f"W5/{cfg.canary}/{cfg.gates} {arm}: {wall:.1f} s wall; "
         + (
@@ -716,9 +791,10 @@ def run_w5(
     arms: Sequence[str] = ARMS,
     progress: Callable[[str], None] | None = None,
     variants: Sequence[tuple[str, str]] | None = None,
+    settle: bool = False,
 ) -> W5Run:
-    """Prepare the W5 workload once and run every rollout arm for each (canary, gate set) variant
-    (default: the config's own)."""
+    """Prepare the W5 workload and its warm-up once and run every rollout arm for each (canary, gate set)
+    variant (default: the config's own) on a copy of it; ``settle`` as in :func:`run_arm`."""
     say = progress or (lambda _msg: None)
     prep = prepare(config, seed, params, progress)
     pairs, shape = w5_pairs(prep)
@@ -727,10 +803,13 @@ def run_w5(
     chosen = list(variants) if variants else [(config.canary, config.gates)]
     out: list[W5Arm] = []
     timing: dict[str, float] = dict(prep.timing)
+    warm = warm_up(prep, pairs, shape, t_apply, config.scale)
+    timing["warm_up_s"] = warm.wall_s
+    say(f"W5 warm-up to {t_apply:.0f} s: {warm.wall_s:.1f} s wall (shared by every arm and variant)")
     for canary, gates in chosen:
         cfg = replace(config, canary=canary, gates=gates)
         for arm in arms:
-            r = run_arm(prep, cfg, arm, pairs, shape, say)
+            r = run_arm(prep, cfg, arm, pairs, shape, say, warm, settle)
             out.append(r)
             timing[f"{canary}_{gates}_{arm}_s"] = r.wall_s
     return W5Run(config, prep, pairs, shape, out, timing, chosen)

@@ -10,7 +10,11 @@ The Must show of issue 17, per (gate set, arm), over every seed:
 - every bad canary (errors, TPOT × 1.3, TTFT × 1.5) is rolled back;
 - rollback act (decision → the routing table sends the canary no keys) ≤ ``ACT_LIMIT_S``;
 - the bad revision served < ``EXPOSURE_LIMIT`` of all requests.
-The measures are the single-seed ones of :func:`tandem_lab.sim.rollout.w5_metrics`, unchanged.
+The measures are the single-seed ones of :func:`tandem_lab.sim.rollout.w5_metrics`, unchanged. Each seed
+simulates the window up to the new revision once and forks it per variant and arm, and a run ends once its
+outcome is settled (``settle``: rolled back with the canary's weight at 0, or promoted; ``ended_s``), since
+the exposure is counted over all the window's requests whether simulated or not: 20 seeds × 8 variants
+must fit in a working session.
 
 Must not: change a measure, or decide anything the rollout arms decide.
 """
@@ -45,6 +49,7 @@ ROW_KEYS: Final = (
     "canary_share_of_all_requests",
     "statistical_floor_s",
     "evaluations",
+    "ended_s",
 )
 
 
@@ -60,7 +65,7 @@ def run_w5_seeds(
     say = progress or (lambda _msg: None)
     rows: list[dict[str, Any]] = []
     for seed in seeds:
-        run = run_w5(config, seed, params, arms, say, variants)
+        run = run_w5(config, seed, params, arms, say, variants, settle=True)
         for arm in run.arms:
             m = arm.metrics
             row: dict[str, Any] = {"seed": seed, "arm": arm.arm, **{k: m.get(k) for k in ROW_KEYS}}
@@ -169,7 +174,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         "Each seed draws its own workload, engine errors and load times. Times in seconds from the canary's "
         "first request (detection = rollback decided); act = decision → the routing table sends the canary no "
         f"keys (limit {ACT_LIMIT_S:.0f} s); share = requests the new revision served / all requests (limit "
-        f"{100 * EXPOSURE_LIMIT:.1f} % for a bad canary).",
+        f"{100 * EXPOSURE_LIMIT:.1f} % for a bad canary). A run ends once its outcome is settled (rolled back "
+        "and the canary's weight at 0 for a minute, or promoted), so a promoted canary's share counts its "
+        "requests up to the promotion.",
         "",
         "| canary/gates | arm | seeds | rolled back | promoted | no decision | detection median / max | act max "
         "| share median / max |",
