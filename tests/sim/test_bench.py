@@ -49,3 +49,14 @@ def test_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
     bench.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "fleet", "--out", str(tmp_path), "--scenarios", "W9", "--quiet"])
     assert args.func(args) == 2
+
+
+def test_the_w5_errors_line_says_what_this_run_decided() -> None:
+    """fleet.md's prose follows the run's numbers: an arm that made no decision is not said to decide."""
+    arm = {"requests_on_canary": 100, "rolled_back": False, "detection_s": None, "act_s": None}
+    decided = {**arm, "rolled_back": True, "detection_s": 90.0, "act_s": 0.0}
+    assert "Neither arm rolled it back" in bench._w5_errors_line(arm, arm)
+    only = bench._w5_errors_line(arm, decided)
+    assert "Only Flagger-like rolled it back (detection 90 s, act 0 s); Tandem made no decision" in only
+    both = bench._w5_errors_line(decided, {**decided, "detection_s": 300.0})
+    assert "Detection 90 s vs 300 s, act 0 s vs 0 s" in both and "no decision" not in both

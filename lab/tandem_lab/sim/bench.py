@@ -675,41 +675,62 @@ def where_tandem_loses(doc: dict[str, Any]) -> list[str]:
         arms = {(a["canary"], a["gates"], a["arm"]): a for a in w5["arms"]}
         ta, fa = arms.get(("errors", "regression", "tandem")), arms.get(("errors", "regression", "flagger"))
         if ta and fa:
-            out.append(
-                f"- **W5 errors (regression gates)**: Tandem's bad revision served {_num(ta['requests_on_canary'])} "
-                f"requests vs Flagger-like {_num(fa['requests_on_canary'])}. Tandem decides sooner (detection "
-                f"{_num(ta['detection_s'], 0)} s vs {_num(fa['detection_s'], 0)} s) but acts later (act "
-                f"{_num(ta['act_s'], 0)} s vs {_num(fa['act_s'], 0)} s): its capacity-safe rollback keeps the canary "
-                "serving until a replacement stable pair has loaded (the canary pair had replaced one; here a cold "
-                "load), while Flagger's primary never shrank. " + _rollback_share(ta)
-            )
-        tt = arms.get(("tpot", "regression", "tandem"))
-        if tt is not None:
-            tpu_failed = any(
-                str(e.get("gates", {}).get("tokens-per-user", "")).startswith("Failure")
-                for a in w5["arms"]
-                if a["canary"] == "tpot"
+            out.append(_w5_errors_line(ta, fa))
+        tpot_arms = [a for a in w5["arms"] if a["canary"] == "tpot" and not a["rolled_back"]]
+        if tpot_arms:
+            verdicts = [
+                str(e.get("gates", {}).get("tokens-per-user", ""))
+                for a in tpot_arms
                 for e in a.get("evaluation_log", [])
+                if "tokens-per-user" in e.get("gates", {})
+            ]
+            judged = [v for v in verdicts if not v.startswith("NoData")]
+            out.append(
+                "- **W5 TPOT × 1.3 not rolled back** by "
+                + ", ".join(f"{a['arm']} ({a['gates']} gates)" for a in tpot_arms)
+                + f": of {len(verdicts)} logged `tokens-per-user` verdicts {len(judged)} were judged "
+                f"({sum(1 for v in judged if v.startswith('Failure'))} Failure) and "
+                f"{len(verdicts) - len(judged)} NoData."
             )
-            if not tpu_failed:
-                out.append(
-                    "- **W5 TPOT × 1.3 is invisible to both arms**: no `tokens-per-user` evaluation failed. Stable "
-                    "TPOT p90 sits below 10 ms on this fleet, and × 1.3 stays inside vLLM's first TPOT bucket "
-                    "(0–10 ms), where `histogram_quantile` interpolates the same value for both revisions "
-                    "(111 tok/s). Any rollback of the TPOT canary above came from another gate."
-                )
         goods = [a for a in w5["arms"] if a["canary"] == "good" and a["rolled_back"]]
         if goods:
+            failing: dict[str, int] = {}
+            for a in goods:
+                for e in a.get("evaluation_log", []):
+                    for gate, verdict in e.get("gates", {}).items():
+                        if str(verdict).startswith("Failure"):
+                            failing[gate] = failing.get(gate, 0) + 1
             out.append(
                 "- **W5 false rollbacks**: "
                 + ", ".join(f"{a['arm']} ({a['gates']} gates)" for a in goods)
-                + " rolled back a canary identical to stable. With the example's gates the new pair's empty prefix "
-                "cache alone fails `ttft-p95 ≤ 1.2 × baseline` and `local-kv-hits ≥ 0.9 × baseline`. With only the "
-                "regression gates, `errors > 1 %` fails whenever one error (stable rate 0.5 %) lands in a window of "
-                "a few dozen canary requests; Tandem's `failureLimit: 1` rolls back on the second such evaluation "
-                "in a step, Flagger-like needs five failed checks."
+                + " rolled back a canary identical to stable; failing gates in their logged evaluations: "
+                + (", ".join(f"`{g}` × {n}" for g, n in sorted(failing.items())) or "none logged")
+                + "."
             )
     return out
+
+
+def _w5_errors_line(ta: dict[str, Any], fa: dict[str, Any]) -> str:
+    """The W5 errors canary under the regression gates, Tandem against Flagger-like, said from the run's
+    own numbers (which arm decided, detection and act), not from what an earlier run showed."""
+    line = (
+        f"- **W5 errors (regression gates)**: the bad revision served {_num(ta['requests_on_canary'])} requests "
+        f"under Tandem vs {_num(fa['requests_on_canary'])} under Flagger-like. "
+    )
+    if ta["rolled_back"] and fa["rolled_back"]:
+        line += (
+            f"Detection {_num(ta['detection_s'], 0)} s vs {_num(fa['detection_s'], 0)} s, act "
+            f"{_num(ta['act_s'], 0)} s vs {_num(fa['act_s'], 0)} s. "
+        )
+    elif ta["rolled_back"] or fa["rolled_back"]:
+        who, other, m = ("Tandem", "Flagger-like", ta) if ta["rolled_back"] else ("Flagger-like", "Tandem", fa)
+        line += (
+            f"Only {who} rolled it back (detection {_num(m['detection_s'], 0)} s, act {_num(m['act_s'], 0)} s); "
+            f"{other} made no decision in the window. "
+        )
+    else:
+        line += "Neither arm rolled it back within the window. "
+    return line + (_rollback_share(ta) if ta["rolled_back"] else "")
 
 
 # --- plots ----------------------------------------------------------------------------------------------
