@@ -229,10 +229,15 @@ def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypa
     assert by_arm["flagger"]["decide_s"] >= (p.policies.flagger.threshold - 1) * p.policies.flagger.interval_s
 
 
-def _w5_prepared(p: Any, cfg: ScenarioConfig) -> tuple[Any, int, tuple[int, int], float]:
+def _w5_tiny_errors() -> tuple[ScenarioConfig, Any, int, tuple[int, int], rollout.Warm]:
+    """The tiny W5 with a 30 % erroring canary (every arm rolls it back), prepared and warmed up."""
+    p = load_params()
+    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
+        gate["minSamples"] = 0
+    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
     prep = rollout.prepare(cfg, 1, p)
     pairs, shape = rollout.w5_pairs(prep)
-    return prep, pairs, shape, cfg.event_time_s(p)
+    return cfg, prep, pairs, shape, rollout.warm_up(prep, pairs, shape, cfg.event_time_s(p), cfg.scale)
 
 
 def _comparable(m: dict[str, Any]) -> str:
@@ -243,12 +248,8 @@ def _comparable(m: dict[str, Any]) -> str:
 def test_a_run_continued_from_the_shared_warm_up_is_the_straight_run() -> None:
     """W5 simulates the part before the revision is applied once per seed and forks it per arm and
     variant: each forked run must be the run a straight simulation from t = 0 gives, to the last metric."""
-    p = load_params()
-    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
-        gate["minSamples"] = 0
-    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
-    prep, pairs, shape, t_apply = _w5_prepared(p, cfg)
-    warm = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale)
+    cfg, prep, pairs, shape, warm = _w5_tiny_errors()
+    t_apply = warm.t_apply
     straight = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale, until=0.0)
     assert warm.sim.now < t_apply and warm.sim.events > 0 and straight.sim.events == 0
     for arm in rollout.ARMS:
@@ -260,12 +261,7 @@ def test_a_run_continued_from_the_shared_warm_up_is_the_straight_run() -> None:
 
 
 def test_settling_ends_the_run_without_changing_what_w5_measures() -> None:
-    p = load_params()
-    for gate in p.policies.tandem_rollout["analysis"]["metrics"]:
-        gate["minSamples"] = 0
-    cfg = ScenarioConfig("W5", **{**W5_TINY, "canary_error_prob": 0.3})
-    prep, pairs, shape, t_apply = _w5_prepared(p, cfg)
-    warm = rollout.warm_up(prep, pairs, shape, t_apply, cfg.scale)
+    cfg, prep, pairs, shape, warm = _w5_tiny_errors()
     full = rollout.run_arm(prep, cfg, "tandem", pairs, shape, print, warm).metrics
     settled = rollout.run_arm(prep, cfg, "tandem", pairs, shape, print, warm, settle=True).metrics
     assert full["ended_s"] is None and full["rolled_back"]
