@@ -1419,9 +1419,9 @@ class Simulation:
         """:meth:`halt` ended the run before its horizon."""
         return self._halted
 
-    def advance(self, before: float = INF) -> bool:
-        """Process events and arrivals in time order while their time is < ``before``; True when the
-        run is over (horizon and tail reached, or :meth:`halt`). Stopping at ``before`` and going on
+    def advance(self, before: float = INF) -> None:
+        """Process events and arrivals in time order while their time is < ``before``, or until the run
+        is over (horizon and tail reached, or :meth:`halt`). Stopping at ``before`` and going on
         later gives the same run as not stopping: nothing is popped that is not processed, so a copy
         of the simulation taken between two calls (``copy.deepcopy``) continues exactly as the original
         would (W5 shares one warm-up across its canary variants this way)."""
@@ -1435,7 +1435,6 @@ class Simulation:
         progress = self.opt.progress
         next_progress = self._next_progress
         pop = heapq.heappop
-        over = False
         while True:
             t_arr = arrivals[ai] if ai < n else INF
             if heap and heap[0][0] <= t_arr:
@@ -1443,7 +1442,6 @@ class Simulation:
                     break
                 t, _, kind, obj, version = pop(heap)
                 if t > stop:
-                    over = True
                     break
                 self.now = t
                 self.events += 1
@@ -1477,10 +1475,8 @@ class Simulation:
                     if label:
                         self.hook_log.append({"t": round(t, 3), "hook": label})
                     if self._halted:
-                        over = True
                         break
                 if t >= horizon and ai >= n and self.outstanding == 0:
-                    over = True
                     break
             elif ai < n:
                 if t_arr >= before:
@@ -1490,17 +1486,15 @@ class Simulation:
                 ai += 1
                 self.events += 1
             else:
-                over = True
                 break
             if progress is not None and self.now >= next_progress:
                 progress(self.now, self.finished, n)
                 next_progress += self.opt.progress_every_s
         self._ai = ai
         self._next_progress = next_progress
-        return over
 
     def result(self) -> SimResult:
-        """The run's results (after :meth:`advance` returned True)."""
+        """The run's results (after :meth:`advance` ran to the end or a :meth:`halt`)."""
         self.now = max(self.now, self.horizon)
         return self._result()
 

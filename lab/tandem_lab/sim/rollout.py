@@ -675,7 +675,7 @@ class Warm:
 
     The canary revision is neither applied nor routed to before ``t_apply``, and the controllers do
     nothing until it is, so every (variant, arm) run is the same up to that instant: one warm-up per seed,
-    then a ``copy.deepcopy`` per run (continuing a copy is the same run as never stopping:
+    then a ``Simulation.fork`` per run (continuing a copy is the same run as never stopping:
     ``Simulation.advance``; ``tests/sim/test_rollout.py`` checks it)."""
 
     sim: Simulation
