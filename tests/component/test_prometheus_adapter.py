@@ -467,6 +467,41 @@ async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
     assert len(data) == 14 and len({c.query for c in data}) == 14
 
 
+async def test_a_step_window_gate_queries_the_whole_step_and_spends_alpha_over_looks() -> None:
+    """``compare.window: Step``: 5 min after the step started (delay 60 s) the errors gate reads ``[4m]`` — the step
+    since its delay — while the per-interval gate keeps ``[1m]``; the comparison runs at look 9's share of α
+    (interval 30 s: looks at 1:00, 1:30, ..., 5:00)."""
+    now = START + timedelta(minutes=5)
+    fake = fp.FakePrometheus(now=lambda: now)
+    new, old = _revision("new1"), _revision("old1")
+    fake.script(lambda q: new in q and q.startswith("(sum(increase") and "error" in q, fp.value(9))
+    fake.script(lambda q: old in q and q.startswith("(sum(increase") and "error" in q, fp.value(30))
+    fake.script(lambda q: new in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(600))
+    fake.script(lambda q: old in q and q.startswith("sum(increase(vllm:request_success_total"), fp.value(6000))
+    fake.script(lambda q: "request_success_total" in q, fp.value(0.015))
+    step = GateComparison(window="Step")
+    gates = [
+        MetricGate(name="errors-step", template="ErrorRate", compare=step),
+        MetricGate(name="errors", template="ErrorRate", compare=GateComparison()),
+    ]
+    verdicts = await evaluate_metric_gates(
+        fake, gates, TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
+    )
+    data = [c.query for c in fake.calls if not freshness_of(c.query)]
+    assert {q for q in data if "[4m]" in q} and {q for q in data if "[1m]" in q}
+    assert not {q for q in data if "[4m]" in q and "[1m]" in q}
+    # 9/600 vs 30/6000: Fisher p = 0.0070 < 0.01 (per interval) but ≥ 0.01/90 (look 9: α/(9·10))
+    assert [(v.name, v.verdict, v.reason) for v in verdicts] == [
+        ("errors-step", "Success", "NotSignificantlyWorse"),
+        ("errors", "Failure", "SignificantlyWorse"),
+    ]
+    assert (
+        "step look 9" in verdicts[0].condition
+        and "0.000111" in verdicts[0].condition
+        and "step look" not in verdicts[1].condition
+    )
+
+
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:
     """OP-07 at the pass level: the whole pass ends within timeout + 1 s, hung queries count as errors."""
     gate = MetricGate(name="ttft", template="TTFTP90", success_condition="result <= 0.5")

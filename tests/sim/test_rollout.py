@@ -269,3 +269,34 @@ def test_settling_ends_the_run_without_changing_what_w5_measures() -> None:
     assert settled["weight_zero_s"] + rollout.SETTLED_GRACE_S <= settled["ended_s"] < prep.workload.duration_s
     for key in ("decision_s", "weight_zero_s", "first_breach_s", "requests_on_canary", "canary_share_of_all_requests"):
         assert settled[key] == full[key], key
+
+
+def test_powered_and_stepped_gate_sets_add_the_floor_and_step_windows() -> None:
+    p = load_params()
+    powered = rollout.build_pool(p, 4, (1, 1), 1.9, gates="powered").spec.rollout.analysis.metrics
+    stepped = rollout.build_pool(p, 4, (1, 1), 1.9, gates="stepped").spec.rollout.analysis.metrics
+    assert [m.name for m in powered] == [m.name for m in stepped] == ["ttft-p95", "tokens-per-user", "errors"]
+    assert all(m.compare is not None and m.compare.min_power_percent == 80 for m in (*powered, *stepped))
+    assert [m.compare.window for m in powered if m.compare] == ["Interval"] * 3
+    assert [m.compare.window for m in stepped if m.compare] == ["Interval", "Step", "Step"]
+
+
+def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
+    """The simulator answers a ``window: Step`` gate over its own range, the others over ``${interval}``."""
+    store = ScrapeStore()
+    for t in (0.0, 60.0, 120.0, 180.0):  # each minute: stable 700 requests / 3 errors, canary 40 / 1
+        k = 1.0 + t / 60.0
+        revisions = {
+            rev: RevisionSeries(finished=n * k, engine_errors=e * k)
+            for rev, n, e in (("r1", 700.0, 3.0), ("r2", 40.0, 1.0))
+        }
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, revisions))
+    analysis = rollout.build_pool(load_params(), 4, (1, 1), 1.9, gates="regression").spec.rollout.analysis
+    gates = [
+        MetricGate.model_validate({"name": "step", "template": "ErrorRate", "compare": {"window": "Step"}}),
+        MetricGate.model_validate({"name": "interval", "template": "ErrorRate", "compare": {}}),
+    ]
+    # the step started at -60 s with a 60 s delay: at 180 s the step range is 3m, the interval's 1m
+    verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(-60.0), 15.0)
+    assert "errors 3/120" in verdicts[0].condition and "step look 7" in verdicts[0].condition
+    assert "errors 1/40" in verdicts[1].condition and "step look" not in verdicts[1].condition

@@ -44,7 +44,7 @@ from tandem_lab.sim.policies import POLICIES, POLICY_WORDS
 from tandem_lab.sim.report import clean, results
 from tandem_lab.sim.rollout import ARMS, W5Run, run_w5
 from tandem_lab.sim.runner import ScenarioRun, code_revision, run
-from tandem_lab.sim.scenarios import ScenarioConfig
+from tandem_lab.sim.scenarios import GATE_SETS, ScenarioConfig
 
 FLEET_VERSION = 1
 BASELINES = ("B0", "B1", "B2", "B3", "B4")
@@ -57,10 +57,15 @@ W5_VARIANTS: tuple[tuple[str, str], ...] = (
 )
 """(canary, gate set): the example's gates on a good canary (the cold-cache confound), then the regression
 gates on +1 point of errors, on TPOT × 1.3, and on a good canary (false rollbacks)."""
-W5_SEED_VARIANTS: tuple[tuple[str, str], ...] = tuple(
-    (canary, gates) for gates in ("example", "regression") for canary in ("good", "errors", "tpot", "ttft")
-)
-"""``--seeds N``: issue 17's Must show, every canary under both gate sets."""
+W5_SEED_GATE_SETS: tuple[str, ...] = ("example", "regression")
+"""``--seeds N``: issue 17's Must show names these two gate sets (``--gate-sets`` chooses others)."""
+W5_CANARIES: tuple[str, ...] = ("good", "errors", "tpot", "ttft")
+
+
+def w5_seed_variants(gate_sets: Sequence[str] = W5_SEED_GATE_SETS) -> tuple[tuple[str, str], ...]:
+    """``--seeds N``: every canary under every chosen gate set."""
+    return tuple((canary, gates) for gates in gate_sets for canary in W5_CANARIES)
+
 
 PROFILES: dict[str, dict[str, dict[str, float]]] = {
     # CI: W1 at 5 % of the fleet rate (k = 7 copies of the conversation trace); W2 a 1 % sample of the
@@ -121,7 +126,12 @@ def register(subparsers: Any) -> None:
         "--seeds",
         type=int,
         default=1,
-        help="W5 only: run seeds --seed .. --seed+N-1 with every canary under both gate sets (issue 17)",
+        help="W5 only: run seeds --seed .. --seed+N-1 with every canary under each gate set (issue 17)",
+    )
+    fleet.add_argument(
+        "--gate-sets",
+        default=",".join(W5_SEED_GATE_SETS),
+        help=f"W5 --seeds: comma-separated gate sets of {','.join(GATE_SETS)} (default: example,regression)",
     )
     fleet.add_argument("--arms", default=",".join(ARMS), help="W5 rollout arms (default: tandem,flagger)")
     fleet.add_argument(
@@ -156,10 +166,17 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
 
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if args.seeds < 1 or [a for a in arms if a not in ARMS]:
-        print(f"tandem bench fleet: --seeds must be ≥ 1 and --arms a subset of {','.join(ARMS)}", file=sys.stderr)
+    gate_sets = [g.strip() for g in args.gate_sets.split(",") if g.strip()]
+    if args.seeds < 1 or [a for a in arms if a not in ARMS] or not gate_sets or set(gate_sets) - set(GATE_SETS):
+        print(
+            f"tandem bench fleet: --seeds must be ≥ 1, --arms a subset of {','.join(ARMS)} and --gate-sets of "
+            f"{','.join(GATE_SETS)}",
+            file=sys.stderr,
+        )
         return 2
-    fleet = run_fleet(params, args.profile, args.seed, scenarios, policies, progress, seeds=args.seeds, arms=arms)
+    fleet = run_fleet(
+        params, args.profile, args.seed, scenarios, policies, progress, seeds=args.seeds, arms=arms, gate_sets=gate_sets
+    )
     doc = write(fleet, args.out, plots=not args.no_plots)
     failed = [g for g in doc["gates"] if not g["pass"]]
     progress(
@@ -179,6 +196,7 @@ def run_fleet(
     w5_variants: Sequence[tuple[str, str]] = W5_VARIANTS,
     seeds: int = 1,
     arms: Sequence[str] = ARMS,
+    gate_sets: Sequence[str] = W5_SEED_GATE_SETS,
 ) -> FleetRun:
     """Run the benchmark (module docstring)."""
     say = progress or (lambda _msg: None)
@@ -196,7 +214,8 @@ def run_fleet(
         t = time.perf_counter()
         chosen = list(range(seed, seed + seeds))
         say(f"== W5 ({_describe('W5')}) over seeds {chosen[0]}..{chosen[-1]}, arms {', '.join(arms)}")
-        rows = w5seeds.run_w5_seeds(ScenarioConfig("W5", **knobs["W5"]), chosen, params, arms, W5_SEED_VARIANTS, say)  # type: ignore[arg-type]
+        config = ScenarioConfig("W5", **knobs["W5"])  # type: ignore[arg-type]
+        rows = w5seeds.run_w5_seeds(config, chosen, params, arms, w5_seed_variants(gate_sets), say)
         fleet.w5_seeds = w5seeds.document(rows, chosen)
         fleet.timing["W5_seeds_s"] = time.perf_counter() - t
     elif "W5" in scenarios:

@@ -63,7 +63,7 @@ from tandem.api.pool_status import GateVerdict, InferencePoolStatus
 from tandem.api.quantity import parse_duration
 from tandem.api.resources import InferencePool
 from tandem.core.analysisplan import analysis_request, fold_analysis
-from tandem.core.gaterun import GatePlan, gate_queries, judge
+from tandem.core.gaterun import GatePlan, gate_queries, judge, step_range
 from tandem.core.gates import VERDICT_FAILURE, VERDICT_SUCCESS, SampleWindow
 from tandem.core.plan import canary_share
 from tandem.core.promql import (
@@ -200,14 +200,16 @@ def answer_queries(
     store: ScrapeStore, now: float, window_s: float, plan: GatePlan, canary: str, stable: str
 ) -> dict[str, QueryResult]:
     """What Prometheus would answer to the plan's data queries, from the scrapes: each gate's canary (and
-    baseline) query from its template's series, its sample queries by :func:`sample_results`. Freshness
-    queries go unanswered: a scrape is current by construction (``core.gaterun.judge`` then leaves the
-    answer as it is)."""
+    baseline) query from its template's series, its sample queries by :func:`sample_results`, over the
+    range the gate was rendered with (``PlannedGate.interval``: a ``window: Step`` gate's is the step's;
+    ``window_s`` when it has none). Freshness queries go unanswered: a scrape is current by construction
+    (``core.gaterun.judge`` then leaves the answer as it is)."""
     answers: dict[str, QueryResult] = {}
     for planned in plan.gates:
         q = planned.queries
         if q is None:
             continue
+        window_s = parse_prom_duration(planned.interval) if planned.interval else window_s
         template = planned.gate.template or ""
         answers[q.canary] = query_result(q.canary, template_value(store, now, window_s, template, canary), now)
         if q.baseline is not None:
@@ -241,6 +243,12 @@ def evaluate_gates(
         stable_revision=stable,
         interval=interval,
         now=at(now),
+        step_interval=step_range(
+            now=at(now),
+            step_started_at=step_started_at,
+            initial_delay_s=parse_duration(analysis.initial_delay),
+            rate_window_s=window_s,
+        ),
     )
     window = SampleWindow.for_analysis(
         analysis,
@@ -299,12 +307,18 @@ def build_pool(
     params: SimParams, replicas: int, shape: tuple[int, int], ttft_target_s: float, gates: str = "example"
 ) -> InferencePool:
     """The W5 pool: ``policies.tandem_rollout`` as ``spec.rollout`` (its gates, or only the ``regression``
-    set), ``replicas`` pairs of ``shape``."""
+    set; ``powered`` adds ``compare.minPowerPercent: 80`` to its compare gates, ``stepped`` also
+    ``compare.window: Step`` to those not on TTFT), ``replicas`` pairs of ``shape``."""
     rollout = _substitute(params.policies.tandem_rollout, {"${ttft_target_s}": f"{ttft_target_s:.3f}"})
-    if gates == "regression":
+    if gates in ("regression", "powered", "stepped"):
         keep = set(params.policies.w5_regression_gates)
         analysis = dict(rollout.get("analysis", {}))
-        analysis["metrics"] = [m for m in analysis.get("metrics", []) if m.get("name") in keep]
+        metrics = [dict(m) for m in analysis.get("metrics", []) if m.get("name") in keep]
+        for m in metrics:
+            if "compare" in m and gates != "regression":
+                step = gates == "stepped" and not str(m.get("template", "")).startswith("TTFT")
+                m["compare"] = {**m["compare"], "minPowerPercent": 80, **({"window": "Step"} if step else {})}
+        analysis["metrics"] = metrics
         rollout = {**rollout, "analysis": analysis}
     doc = {
         "apiVersion": "tandem.dev/v1alpha1",

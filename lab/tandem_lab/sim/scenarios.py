@@ -46,6 +46,8 @@ from tandem_lab.sim.traces import CONVERSATION, jitter_ticks, load_trace, multip
 from tandem_lab.sim.workload import Workload
 
 SCENARIOS = ("W1", "W2", "W3", "W4", "W5", "W6")
+GATE_SETS = ("example", "regression", "powered", "stepped")
+"""W5's gate sets (:attr:`ScenarioConfig.gates`)."""
 FLEET_PEAK_RPS = 550.0
 CONVERSATION_PEAK_MINUTE_RPS = 4.11
 """Peak 60 s arrival rate of the conversation trace (3.40 req/s × 1.21, benchmarks.md §2.1)."""
@@ -85,7 +87,10 @@ class ScenarioConfig:
     """W5 regression: ``tpot`` (TPOT × ``canary_tpot_mult``), ``ttft`` (prefill × ``canary_ttft_mult``),
     ``errors`` (+ ``canary_error_prob``) or ``good``."""
     gates: str = "example"
-    """W5 gate set: ``example`` (speed-pool.yaml's) or ``regression`` (``policies.w5_regression_gates`` only)."""
+    """W5 gate set: ``example`` (speed-pool.yaml's), ``regression`` (``policies.w5_regression_gates`` only) or
+    ``powered`` (the regression set with ``compare.minPowerPercent: 80``: no step passes on a window too small
+    to see the gate's effect, docs/design/009) or ``stepped`` (``powered`` with ``compare.window: Step`` on
+    every compare gate but TTFT, whose cold start a step window would keep)."""
     start_day: float | None = None
     """Envelope day at t = 0 (default 0 = Monday 00:00; W5: Tuesday 12:00)."""
 
@@ -96,8 +101,8 @@ class ScenarioConfig:
             raise ValueError("scale and compress must be > 0")
         if self.canary not in ("tpot", "ttft", "errors", "good"):
             raise ValueError(f"unknown canary {self.canary!r}; choose from tpot, ttft, errors, good")
-        if self.gates not in ("example", "regression"):
-            raise ValueError(f"unknown gate set {self.gates!r}; choose from example, regression")
+        if self.gates not in GATE_SETS:
+            raise ValueError(f"unknown gate set {self.gates!r}; choose from {', '.join(GATE_SETS)}")
 
     def resolved_days(self) -> float:
         if self.days is not None:

@@ -53,7 +53,8 @@ from urllib3.util.retry import Retry
 
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
-from tandem.core.gaterun import gate_queries, judge
+from tandem.api.quantity import parse_duration
+from tandem.core.gaterun import gate_queries, judge, step_range
 from tandem.core.gates import SampleWindow
 from tandem.core.promql import (
     QueryResult,
@@ -313,6 +314,11 @@ async def evaluate_metric_gates(
     ``MetricsUnavailable``). A query that cannot be rendered is Error ``InvalidQuery``. The sample window
     is taken from ``clock()`` after the answers arrive.
     """
+    started = clock()
+    try:
+        rate_window_s = parse_prom_duration(target.interval)
+    except ValueError:
+        rate_window_s = 0.0  # every gate is an InvalidQuery verdict (gate_queries cannot render it)
     plan = gate_queries(
         gates,
         namespace=target.namespace,
@@ -320,7 +326,13 @@ async def evaluate_metric_gates(
         canary_revision=target.canary_revision,
         stable_revision=target.stable_revision,
         interval=target.interval,
-        now=clock(),
+        now=started,
+        step_interval=step_range(
+            now=started,
+            step_started_at=step_started_at,
+            initial_delay_s=parse_duration(analysis.initial_delay),
+            rate_window_s=rate_window_s,
+        ),
     )
     for p in plan.gates:
         if p.invalid is not None:
@@ -339,10 +351,6 @@ async def evaluate_metric_gates(
                 error = "no answer within the analysis timeout" if task in pending else repr(task.exception())
                 answers[text] = QueryResult(QueryStatus.TIMEOUT, query=text, error=error[:512])
 
-    try:
-        rate_window_s = parse_prom_duration(target.interval)
-    except ValueError:
-        rate_window_s = 0.0  # every gate is already an InvalidQuery verdict
     window = SampleWindow.for_analysis(
         analysis,
         now=clock(),

@@ -602,6 +602,22 @@ class GateComparison(ApiModel):
     max_mean_ratio_percent: Annotated[int, Field(ge=100, le=1000)] = 110
     """Latency templates only: a significant slowdown fails only when the canary's mean latency exceeds stable's
     by more than this (110 = 10 % slower), so a large stable arm cannot fail a tiny shift."""
+    min_power_percent: Annotated[int, Field(ge=0, le=99)] = 0
+    """Power floor: a "not worse" result counts as a Success only when the window's test had at least this chance
+    (percent) of flagging a canary worse by the effect size — stable's error rate + `errorIncreasePermille`, or a
+    mean `maxMeanRatioPercent` of stable's; below it the verdict is NoData (Underpowered), so a step cannot pass on
+    windows too small to see a bad version; a step whose traffic never gets there holds until `noDataDeadline` and
+    then applies `onNoData`. With `window: Step` the power grows with the step. 80 is the usual choice; 0 turns the
+    floor off. Latency power is a lower bound (it counts only the mean test, with a bucket-based variance bound)."""
+    error_increase_permille: Annotated[int, Field(ge=1, le=1000)] = 10
+    """ErrorRate only: the rise in error rate the power is computed for, in per mille of requests (10 = +1
+    percentage point over stable's rate)."""
+    window: Literal["Interval", "Step"] = "Interval"
+    """Interval: each evaluation compares the last `interval`. Step: each evaluation compares everything since the
+    step's `initialDelay` ended, so evidence accumulates over the step (a small first exposure reaches a verdict);
+    the confidence is then spent over the step's looks — look j tests at α/(j·(j+1)), which sums to α however long
+    the step runs — so looking again at growing data adds no false alarms. Keep TTFT gates on Interval when canary
+    caches start cold: a step window keeps the cold start in every look."""
 
 
 GATE_PRESETS: dict[str, dict[str, Any]] = {

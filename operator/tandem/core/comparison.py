@@ -21,6 +21,13 @@ Rules (α = 1 − ``confidencePercent``/100):
   shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
   share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
 
+**Power** (``core.stats.errors_power``, ``core.stats.mean_power``): with every comparison comes the
+chance that this window's test would have called the canary worse had it been worse by the gate's effect
+size — errors: stable's rate + ``error_increase``; latency: stable's mean × ``maxMeanRatioPercent``/100, at
+``α/2`` (the Bonferroni share of the mean test; the rank test only adds power, so this is a lower bound).
+A "not worse" from a window with little power is absence of evidence: ``core.gates`` turns it into NoData
+``Underpowered`` when the gate sets ``minPowerPercent``.
+
 Worked example (TPOT, ``confidencePercent: 99``, ``maxMeanRatioPercent: 110``): stable 6,000 requests
 with mean 7.0 ms, canary 300 with mean 9.1 ms, all in the first bucket [0, 10 ms]. The rank test
 sees one tie group (``p_rank = 1``, not counted). The variance bound is (10 − 7)·7 = 21 ms² for stable
@@ -34,7 +41,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.core.stats import mean_greater, proportion_greater, rank_sum_greater, variance_bound
+from tandem.core.stats import (
+    errors_power,
+    mean_greater,
+    mean_power,
+    proportion_greater,
+    rank_sum_greater,
+    variance_bound,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,9 @@ class Comparison:
     """Canary / stable: error rates, or latency means (``inf`` when stable's is 0 and the canary's is not)."""
     summary: str
     """One line with the numbers behind ``worse``, for the verdict."""
+    power: float | None = None
+    """Chance that this window's test flags a canary worse by the gate's effect size (module docstring);
+    None when no effect size was given or the data cannot say (e.g. no shared finite bucket)."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +105,14 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
-def compare_error_rates(canary: ErrorCounts, stable: ErrorCounts, *, confidence_percent: float) -> Comparison:
+def compare_error_rates(
+    canary: ErrorCounts, stable: ErrorCounts, *, confidence_percent: float, error_increase: float | None = None
+) -> Comparison:
     """Is the canary's error rate significantly higher than stable's (module docstring)?
 
-    Example: 1 error in 40 canary requests, 30 in 6,000 stable, 99 % → Fisher ``p = 0.19 ≥ 0.01``: not worse.
+    ``error_increase`` (a rate, 0.01 = +1 point) is the effect the power is computed for.
+    Example: 1 error in 40 canary requests, 30 in 6,000 stable, 99 % → Fisher ``p = 0.19 ≥ 0.01``: not worse;
+    power against +1 point ``P(Bin(40, 0.015) ≥ 3) ≈ 0.02``.
     """
     n1, n2 = max(1, round(canary.requests)), max(1, round(stable.requests))
     a, c = min(n1, max(0, round(canary.errors))), min(n2, max(0, round(stable.errors)))
@@ -99,11 +120,13 @@ def compare_error_rates(canary: ErrorCounts, stable: ErrorCounts, *, confidence_
     level = alpha(confidence_percent)
     worse = p < level
     ratio = _ratio(a / n1, c / n2)
+    power = errors_power(n1, c, n2, error_increase, level) if error_increase is not None else None
     summary = (
         f"errors {a}/{n1} ({_pct(a / n1)}) vs stable {c}/{n2} ({_pct(c / n2)}): "
         f"p={p:.3g} {'<' if worse else '≥'} {level:g}"
+        + (f", power {_pct(power)} at +{100 * error_increase:g} pt" if power is not None and error_increase else "")
     )
-    return Comparison(worse, p, ratio, summary)
+    return Comparison(worse, p, ratio, summary, power)
 
 
 def common_buckets(
@@ -142,10 +165,14 @@ def compare_latency(
     bounds, c_counts, s_counts = common_buckets(canary.cumulative, stable.cumulative)
     p_rank = rank_sum_greater(c_counts, s_counts)
     m1, m2 = canary.mean, stable.mean
+    power: float | None = None
     if bounds and canary.count > 0 and stable.count > 0 and math.isfinite(m1) and math.isfinite(m2):
         v1 = variance_bound(bounds, c_counts, m1)
         v2 = variance_bound(bounds, s_counts, m2)
         p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count)
+        power = mean_power(
+            m2, v2, canary.count, stable.count, max_mean_ratio_percent / 100.0, alpha(confidence_percent) / 2
+        )
     else:
         p_mean = 1.0
     informative = [x for x in (p_rank, p_mean) if x < 1.0]
@@ -157,8 +184,9 @@ def compare_latency(
     summary = (
         f"mean {1000 * m1:.4g} ms vs stable {1000 * m2:.4g} ms (x{ratio:.3g}, allowed x{allowed:g}): "
         f"p={p:.3g} {'<' if p < level else '≥'} {level:g} (rank {p_rank:.3g}, mean {p_mean:.3g})"
+        + (f", power {_pct(power)} at x{allowed:g}" if power is not None else "")
     )
-    return Comparison(worse, p, ratio, summary)
+    return Comparison(worse, p, ratio, summary, power)
 
 
 __all__ = [

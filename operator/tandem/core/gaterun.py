@@ -1,6 +1,8 @@
 """Running an analysis step's metric gates, minus the I/O: what to ask, then a judgement over the answers.
 
 What it owns, all pure:
+- :func:`step_range`: the ``${interval}`` of a ``compare.window: Step`` gate — the time since the step's
+  ``initialDelay`` ended, in whole seconds, once that is longer than the rate window;
 - :func:`gate_queries`: for each gate, the rendered queries (canary, baseline, and the sample counts it
   needs, ``core.gates.resolve_gate_queries``) or, when a query cannot be rendered, its Error
   ``InvalidQuery`` verdict; and, for the whole pass, every query text to send once, each with the
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tandem.api.pool import MetricGate
 from tandem.api.pool_status import GateVerdict
@@ -36,7 +38,14 @@ from tandem.core.gates import (
     invalid_query_verdict,
     resolve_gate_queries,
 )
-from tandem.core.promql import QueryRenderError, QueryResult, QueryStatus, attach_freshness, freshness_query
+from tandem.core.promql import (
+    QueryRenderError,
+    QueryResult,
+    QueryStatus,
+    attach_freshness,
+    format_duration,
+    freshness_query,
+)
 
 UNANSWERED_ERROR = "no answer to this query"
 """The error of a data query the caller did not answer (judged as a timeout)."""
@@ -48,6 +57,8 @@ class PlannedGate:
 
     gate: MetricGate
     queries: GateQueries | None = None
+    interval: str = ""
+    """The ``${interval}`` its queries were rendered with (the step's range for a ``window: Step`` gate)."""
     invalid: GateVerdict | None = None
     error: str = ""
     """Why the query could not be rendered (for the caller's log)."""
@@ -72,6 +83,16 @@ class GatePlan:
         return (*self.texts(), *self.freshness().values())
 
 
+def step_range(*, now: datetime, step_started_at: datetime, initial_delay_s: float, rate_window_s: float) -> str | None:
+    """The range a ``window: Step`` gate queries: from the end of the step's ``initialDelay`` to ``now``, in
+    whole seconds — None while that is not longer than the rate window (the gate then reads ``${interval}``
+    like any other). Example: step started 12:00:00, delay 60 s, now 12:05:30.4, rate window 60 s → ``4m30s``.
+    """
+    since = (now - (step_started_at + timedelta(seconds=initial_delay_s))).total_seconds()
+    whole = int(since)
+    return format_duration(whole) if whole > rate_window_s else None
+
+
 def gate_queries(
     gates: Sequence[MetricGate],
     *,
@@ -81,11 +102,16 @@ def gate_queries(
     stable_revision: str | None,
     interval: str,
     now: datetime,
+    step_interval: str | None = None,
 ) -> GatePlan:
-    """The queries of every gate for this pass (``interval`` is the rendered ``${interval}``); a gate whose
-    query cannot be rendered gets its Error ``InvalidQuery`` verdict stamped ``now`` instead."""
+    """The queries of every gate for this pass (``interval`` is the rendered ``${interval}``; ``step_interval``,
+    from :func:`step_range`, replaces it for ``compare.window: Step`` gates); a gate whose query cannot be
+    rendered gets its Error ``InvalidQuery`` verdict stamped ``now`` instead."""
     planned: list[PlannedGate] = []
     for gate in gates:
+        own = (
+            step_interval if step_interval and gate.compare is not None and gate.compare.window == "Step" else interval
+        )
         try:
             q = resolve_gate_queries(
                 gate,
@@ -93,12 +119,12 @@ def gate_queries(
                 pool=pool,
                 canary_revision=canary_revision,
                 stable_revision=stable_revision,
-                interval=interval,
+                interval=own,
             )
         except QueryRenderError as exc:
             planned.append(PlannedGate(gate, invalid=invalid_query_verdict(gate, now=now), error=str(exc)))
             continue
-        planned.append(PlannedGate(gate, queries=q))
+        planned.append(PlannedGate(gate, queries=q, interval=own))
     return GatePlan(tuple(planned))
 
 
@@ -124,4 +150,4 @@ def judge(plan: GatePlan, answers: Mapping[str, QueryResult], window: SampleWind
     return verdicts
 
 
-__all__ = ["UNANSWERED_ERROR", "GatePlan", "PlannedGate", "gate_queries", "judge"]
+__all__ = ["UNANSWERED_ERROR", "GatePlan", "PlannedGate", "gate_queries", "judge", "step_range"]

@@ -60,14 +60,26 @@ answer stops the gate by the rules above (stable's NoData with the ``Baseline`` 
 =====================  ===================================  =========  ==========================
  canary worse?          the gate's conditions (if any)       verdict    reason
 =====================  ===================================  =========  ==========================
+ no, power < floor      (any)                                NoData     ``Underpowered``
  no                     (any)                                Success    ``NotSignificantlyWorse``
  yes                    none, or they give Failure           Failure    ``SignificantlyWorse``
  yes                    they give Success (floor not hit)    Success    ``WorseWithinCondition``
  yes                    both conditions, neither holds       NoData     ``Inconclusive``
 =====================  ===================================  =========  ==========================
 
+**Step windows** (``compare.window: Step``): the caller renders the gate's ``${interval}`` as the time since
+the step's ``initialDelay`` ended (``core.gaterun.step_range``), so each look sees the whole step so far,
+and the comparison runs at the look's share of ``α``: ``α/(j(j+1))`` at look ``j``
+(:attr:`SampleWindow.look`, :func:`look_confidence`), which sums to ``α`` over any number of looks.
+
+The power floor (``compare.minPowerPercent``, off at 0) applies only to a "not worse" answer: a window
+whose test had less than that chance of seeing a canary worse by the gate's effect size
+(``core.comparison``) proves nothing, so it is NoData ``Underpowered`` — the step waits for a window that
+could have failed (or for ``noDataDeadline``) instead of counting it toward ``successStreak``.
+
 The comparison's numbers are appended to the verdict's ``condition``, e.g.
-``failure: result > 0.01; errors 1/40 (2.50 %) vs stable 30/6000 (0.50 %): p=0.187 ≥ 0.01``.
+``failure: result > 0.01; errors 1/40 (2.50 %) vs stable 30/6000 (0.50 %): p=0.187 ≥ 0.01, power 2.21 %
+at +1 pt``.
 
 Worked example: ``successCondition: result <= 0.5`` on ``TTFTP90``; Prometheus answers
 ``{"resultType": "vector", "result": [{"metric": {}, "value": [1700000100, "0.475"]}]}``; the step
@@ -137,6 +149,7 @@ REASON_TOO_FEW_SAMPLES: Final = "TooFewSamples"
 REASON_SIGNIFICANTLY_WORSE: Final = "SignificantlyWorse"
 REASON_NOT_SIGNIFICANTLY_WORSE: Final = "NotSignificantlyWorse"
 REASON_WORSE_WITHIN_CONDITION: Final = "WorseWithinCondition"
+REASON_UNDERPOWERED: Final = "Underpowered"
 BASELINE_PREFIX: Final = "Baseline"
 # Error
 REASON_INVALID_QUERY: Final = "InvalidQuery"
@@ -174,6 +187,18 @@ class SampleWindow:
     max_age_s: float = 60.0
     """2 × the scrape interval (testing.md §5)."""
     rate_window_s: float = 0.0
+    interval_s: float = 0.0
+    """The analysis ``interval``: the spacing of looks, which numbers them for a ``window: Step`` gate."""
+
+    @property
+    def look(self) -> int:
+        """This evaluation's number within the step (1 = the first, at ``initialDelay``): ``1 + ⌊elapsed /
+        interval⌋``. Evaluations at least ``interval`` apart get distinct numbers, each ≥ its true count, so
+        spending ``α/(j(j+1))`` at look ``j`` never spends more than ``α`` over a step."""
+        if self.interval_s <= 0:
+            return 1
+        elapsed = (self.now - self.step_started_at).total_seconds() - self.initial_delay_s
+        return 1 + max(0, math.floor(elapsed / self.interval_s + 1e-9))
 
     @property
     def not_before(self) -> datetime:
@@ -197,6 +222,7 @@ class SampleWindow:
             initial_delay_s=parse_duration(spec.initial_delay),
             max_age_s=2 * scrape_interval_s,
             rate_window_s=rate_window_s,
+            interval_s=parse_duration(spec.interval),
         )
 
 
@@ -466,6 +492,14 @@ def _check_buckets(result: QueryResult, window: SampleWindow) -> tuple[_Checked,
     return first, tuple(sorted(pairs.items()))
 
 
+def look_confidence(confidence_percent: float, look: int) -> float:
+    """The confidence of look ``look`` of a ``window: Step`` gate: ``α_j = α/(j(j+1))`` (Σ_j α_j = α); look 0
+    means a per-interval gate, which keeps its confidence. Example: 99 % at look 1 → 99.5 %, look 4 → 99.95 %."""
+    if look <= 0:
+        return confidence_percent
+    return 100.0 - (100.0 - confidence_percent) / (look * (look + 1))
+
+
 def _comparison(
     gate: MetricGate, canary: SampleResults, stable: SampleResults, counts: tuple[float, float], window: SampleWindow
 ) -> tuple[Comparison | None, _Checked, bool]:
@@ -493,17 +527,19 @@ def _comparison(
         if checked.verdict is not None:
             return None, checked, is_stable
     n_canary, n_stable = counts
+    confidence = look_confidence(gate.compare.confidence_percent, window.look if gate.compare.window == "Step" else 0)
     if canary.errors is not None:
         comparison = compare_error_rates(
             ErrorCounts(n_canary, values[0]),
             ErrorCounts(n_stable, values[1]),
-            confidence_percent=gate.compare.confidence_percent,
+            confidence_percent=confidence,
+            error_increase=gate.compare.error_increase_permille / 1000.0,
         )
     elif len(histograms) == 2 and len(values) == 2:
         comparison = compare_latency(
             LatencyHistogram(histograms[0], n_canary, values[0]),
             LatencyHistogram(histograms[1], n_stable, values[1]),
-            confidence_percent=gate.compare.confidence_percent,
+            confidence_percent=confidence,
             max_mean_ratio_percent=gate.compare.max_mean_ratio_percent,
         )
     else:  # the template has nothing to compare (the CRD forbids compare on it)
@@ -621,8 +657,12 @@ def evaluate_gate(
         )
         assert stopped.verdict is not None
         return verdict(stopped.verdict, reason, c, b)
-    condition = _clip(f"{condition}; {comparison.summary}".lstrip("; "), _CONDITION_CHARS)
+    summary = comparison.summary + (f", step look {window.look}" if gate.compare.window == "Step" else "")
+    condition = _clip(f"{condition}; {summary}".lstrip("; "), _CONDITION_CHARS)
     if not comparison.worse:
+        floor = gate.compare.min_power_percent / 100.0
+        if floor > 0 and (comparison.power is None or comparison.power < floor):
+            return verdict(VERDICT_NO_DATA, REASON_UNDERPOWERED, c, b)
         return verdict(VERDICT_SUCCESS, REASON_NOT_SIGNIFICANTLY_WORSE, c, b)
     if by_condition[0] == VERDICT_FAILURE:
         return verdict(VERDICT_FAILURE, REASON_SIGNIFICANTLY_WORSE, c, b)

@@ -26,6 +26,13 @@ Formulas
 - **Means with a variance bound** (:func:`mean_greater`): the means come exactly from ``_sum/_count``;
   the variance is bounded from the buckets (:func:`variance_bound`), so the z-test on the difference
   of means is conservative: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``.
+- **Power** (:func:`errors_power`, :func:`mean_power`): the probability that the test above rejects at
+  level ``α`` *if* the canary were worse by a given effect — what a "not worse" answer is worth. A window
+  too small to see the effect says nothing about it (docs/design/009, "Power floor").
+  Errors: stable's count is taken as observed, the critical canary count ``a*`` is the smallest ``a``
+  with ``proportion_greater(a, n1, c, n2) < α``, and the power is ``P(Bin(n1, c/n2 + δ) ≥ a*)``, exact
+  for the test the gate runs, given stable's arm. Means: ``Φ̄(z_α − (m2·(r − 1))/√(v/n1 + v/n2))`` with
+  stable's variance bound ``v`` for both arms (the canary as stable, shifted by the effect).
 
 Worked example (the lady tasting tea, Fisher 1935): canary 3 errors in 4, stable 1 in 4 →
 ``p = (C(4,3)·C(4,1) + C(4,4)·C(4,0)) / C(8,4) = (16 + 1)/70 = 0.2429``: not significant.
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Final
 
 FISHER_MAX_ERRORS: Final = 10_000
@@ -184,10 +192,103 @@ def mean_greater(mean1: float, var1: float, n1: float, mean2: float, var2: float
     return normal_sf((mean1 - mean2) / math.sqrt(se2))
 
 
+def normal_isf(p: float) -> float:
+    """The ``z`` with ``P(Z > z) = p`` (inverse of :func:`normal_sf`). Example: ``normal_isf(0.01) ≈ 2.3263``."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"need 0 < p < 1, got {p}")
+    return NormalDist().inv_cdf(1.0 - p)
+
+
+def _log_binom_pmf(k: int, n: int, p: float) -> float:
+    return _log_comb(n, k) + k * math.log(p) + (n - k) * math.log1p(-p)
+
+
+def binomial_sf(k: int, n: int, p: float) -> float:
+    """``P(X ≥ k)`` for ``X ~ Bin(n, p)``, summed from the tail nearer ``k`` (terms shrink away from the mode).
+
+    Example: ``binomial_sf(4, 60, 0.015) ≈ 0.0127`` — the W5 errors canary (1.5 %) shows 4 errors in 60
+    requests about one time in 80.
+    """
+    if n < 0 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"need n ≥ 0 and 0 ≤ p ≤ 1, got n={n}, p={p}")
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    mode = (n + 1) * p
+    if k > mode:  # the upper tail is the small side: sum it upwards
+        total = 0.0
+        for x in range(k, n + 1):
+            term = math.exp(_log_binom_pmf(x, n, p))
+            total += term
+            if term < _TAIL_EPS * total:
+                break
+        return min(1.0, total)
+    below = 0.0  # P(X ≤ k − 1), summed downwards from k − 1
+    for x in range(k - 1, -1, -1):
+        term = math.exp(_log_binom_pmf(x, n, p))
+        below += term
+        if term < _TAIL_EPS * below:
+            break
+    return max(0.0, 1.0 - below)
+
+
+def errors_power(n1: int, c: int, n2: int, increase: float, alpha: float) -> float:
+    """Power of :func:`proportion_greater` at level ``alpha`` against a canary error rate of stable's + ``increase``.
+
+    Stable's ``c`` errors in ``n2`` requests are taken as observed; the critical canary count is found by
+    bisection (the p-value falls as the canary's errors rise), and the power is the binomial chance of
+    reaching it (module docstring).
+
+    Example: stable 30 errors in 6,000 (0.5 %), canary 60 requests, +1 point (1.5 %), α = 0.01: the
+    critical count is 3 errors (``p = 0.0041``; 2 errors give ``p = 0.040``), and
+    ``P(Bin(60, 0.015) ≥ 3) ≈ 0.061``: a "not worse" from such a window is worth little. 1,500 canary
+    requests give 0.90.
+    """
+    _check_counts(0, n1, c, n2)
+    if not 0.0 < increase <= 1.0 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"need 0 < increase ≤ 1 and 0 < alpha < 1, got {increase}, {alpha}")
+    rate = min(1.0, c / n2 + increase)
+    if proportion_greater(n1, n1, c, n2) >= alpha:
+        return 0.0  # not even every canary request failing would reject
+    lo, hi = 0, n1  # p(lo) ≥ alpha > p(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if proportion_greater(mid, n1, c, n2) < alpha:
+            hi = mid
+        else:
+            lo = mid
+    return binomial_sf(hi, n1, rate)
+
+
+def mean_power(mean2: float, var2: float, n1: float, n2: float, ratio: float, alpha: float) -> float:
+    """Power of :func:`mean_greater` at level ``alpha`` against a canary mean of ``ratio × mean2``.
+
+    Both arms take stable's variance (bound) ``var2``: under the alternative the canary is stable shifted.
+    Example: TPOT mean 7 ms, bound 21 ms², canary 300 requests, stable 6,000, ratio 1.1, α = 0.005 →
+    ``se = √(21/300 + 21/6000) = 0.271 ms``, ``z = 0.7/0.271 = 2.58`` → ``Φ̄(2.576 − 2.58) ≈ 0.50``.
+    """
+    if n1 <= 0 or n2 <= 0 or not 0.0 < alpha < 1.0:
+        return 0.0
+    shift = mean2 * (ratio - 1.0)
+    se = math.sqrt(var2 / n1 + var2 / n2)
+    if se <= 0:
+        return 1.0 if shift > 0 else 0.0
+    return normal_sf(normal_isf(alpha) - shift / se)
+
+
 __all__ = [
     "FISHER_MAX_ERRORS",
+    "binomial_sf",
+    "errors_power",
     "fisher_greater",
     "mean_greater",
+    "mean_power",
+    "normal_isf",
     "normal_sf",
     "proportion_greater",
     "rank_sum_greater",

@@ -242,3 +242,55 @@ def test_tpot_worked_example_of_the_module_docstring() -> None:
     assert result.worse and result.ratio == pytest.approx(1.3)
     assert result.p_value == pytest.approx(2.68e-33, rel=0.01)
     assert "rank 1" in result.summary
+
+
+# --- power: what a "not worse" answer is worth -------------------------------------------------------
+
+
+def test_latency_power_is_a_lower_bound_of_how_often_the_effect_is_seen() -> None:
+    """A canary slower by exactly the allowed ratio is flagged significant at least as often as the reported
+    power says (the power uses the variance bound and the mean test alone, both conservative)."""
+    seen, powers = 0, []
+    for seed in range(TRIALS):
+        rng = random.Random(seed)
+        canary = histogram(lognormal(rng, 400, *TTFT, scale=1.1), TTFT_BOUNDS)
+        stable = histogram(lognormal(rng, 4000, *TTFT), TTFT_BOUNDS)
+        result = cmp.compare_latency(canary, stable, confidence_percent=99, max_mean_ratio_percent=110)
+        assert result.power is not None and "power" in result.summary
+        powers.append(result.power)
+        seen += result.p_value < 0.01
+    mean_power = sum(powers) / len(powers)
+    assert 0.05 < mean_power < 0.95, mean_power  # a case where the bound says something
+    assert seen / TRIALS >= mean_power - 3 * math.sqrt(mean_power * (1 - mean_power) / TRIALS)
+
+
+def test_error_power_predicts_how_often_the_effect_is_seen() -> None:
+    """Canaries at stable's rate + 1 point: the share flagged matches the mean reported power."""
+    seen, powers = 0, []
+    for seed in range(TRIALS):
+        rng = random.Random(seed)
+        a = sum(rng.random() < 0.015 for _ in range(800))
+        c = sum(rng.random() < 0.005 for _ in range(20_000))
+        result = cmp.compare_error_rates(
+            cmp.ErrorCounts(800, a), cmp.ErrorCounts(20_000, c), confidence_percent=99, error_increase=0.01
+        )
+        assert result.power is not None and "power" in result.summary
+        powers.append(result.power)
+        seen += result.worse
+    mean_power = sum(powers) / len(powers)
+    assert 0.2 < mean_power < 0.95, mean_power
+    assert abs(seen / TRIALS - mean_power) < 0.1
+
+
+def test_a_w5_sized_window_has_almost_no_power_against_one_point_of_errors() -> None:
+    """Why the power floor exists: 60 canary requests cannot see 0.5 % → 1.5 % (docs/design/009)."""
+    result = cmp.compare_error_rates(
+        cmp.ErrorCounts(60, 1), cmp.ErrorCounts(6000, 30), confidence_percent=99, error_increase=0.01
+    )
+    assert not result.worse and result.power is not None and result.power < 0.1
+    assert "power 6.15 % at +1 pt" in result.summary
+
+
+def test_without_an_effect_size_error_comparisons_report_no_power() -> None:
+    result = cmp.compare_error_rates(cmp.ErrorCounts(60, 1), cmp.ErrorCounts(6000, 30), confidence_percent=99)
+    assert result.power is None and "power" not in result.summary

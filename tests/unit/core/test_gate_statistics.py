@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tandem.api.pool import GateComparison, MetricGate
+from tandem.api.pool_status import GateVerdict
 from tandem.api.validate import validate_object
 from tandem.core import gates as g
 from tandem.core.promql import QueryRenderError, QueryResult, template_sample_queries
@@ -401,3 +402,62 @@ def test_validate_compare_and_min_samples(metric: dict[str, object], want_error:
         assert errors == []
     else:
         assert any(want_error in e for e in errors), errors
+
+
+# --- compare: the power floor --------------------------------------------------------------------------
+
+
+def powered_errors_gate(min_power: int = 80, **kw: object) -> MetricGate:
+    return MetricGate(
+        name="errors",
+        template="ErrorRate",
+        failure_condition="result > 0.01",
+        compare=GateComparison(min_power_percent=min_power, **kw),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("gate", "canary", "want"),
+    [
+        pytest.param(
+            powered_errors_gate(), arm(60, errors=1), ("NoData", "Underpowered"), id="60 requests: 6 % power < 80 %"
+        ),
+        pytest.param(
+            powered_errors_gate(), arm(3000, errors=15), ("Success", "NotSignificantlyWorse"), id="3000: powered"
+        ),
+        pytest.param(
+            powered_errors_gate(), arm(60, errors=6), ("Failure", "SignificantlyWorse"), id="a Failure needs no power"
+        ),
+        pytest.param(
+            powered_errors_gate(0), arm(60, errors=1), ("Success", "NotSignificantlyWorse"), id="floor off (default)"
+        ),
+        pytest.param(
+            powered_errors_gate(error_increase_permille=100),
+            arm(60, errors=1),
+            ("Success", "NotSignificantlyWorse"),
+            id="+10 points is visible in 60 requests",
+        ),
+    ],
+)
+def test_power_floor_turns_an_uninformative_pass_into_no_data(
+    gate: MetricGate, canary: g.SampleResults, want: tuple[str, str]
+) -> None:
+    value = res(fp.value(0.1 if want[0] == "Failure" else 0.0))  # the template's error rate over the same window
+    v = g.evaluate_gate(gate, value, res(fp.value(0.005)), WINDOW, g.GateSamples(canary, arm(6000, errors=30)))
+    assert (v.verdict, v.reason) == want, v.condition
+    assert "power" in v.condition
+
+
+def test_power_floor_on_latency_uses_the_allowed_ratio() -> None:
+    gate = MetricGate(name="tpot", template="TPOTP90", compare=GateComparison(min_power_percent=80))
+    stable = arm(6000, buckets=STABLE_TPOT, total=6000 * 0.007)
+
+    def judge(n: float) -> GateVerdict:
+        """``n`` canary requests, every TPOT in the first bucket, mean 7.1 ms (stable's 7.0 ms)."""
+        canary = arm(n, buckets=[("0.01", n), ("0.025", n), ("+Inf", n)], total=n * 0.0071)
+        return g.evaluate_gate(gate, res(fp.value(0.009)), res(fp.value(0.009)), WINDOW, g.GateSamples(canary, stable))
+
+    small, big = judge(300), judge(3000)
+    # 300 requests, bound 21 ms², x1.1 of 7 ms at α/2 = 0.005: power 0.50 (core.stats.mean_power's example).
+    assert (small.verdict, small.reason) == ("NoData", "Underpowered") and "power 50." in small.condition
+    assert (big.verdict, big.reason) == ("Success", "NotSignificantlyWorse"), big.condition

@@ -9,7 +9,7 @@ import pytest
 
 from tandem.api.pool import GateComparison, MetricGate
 from tandem.core import gates as g
-from tandem.core.gaterun import GatePlan, gate_queries, judge
+from tandem.core.gaterun import GatePlan, gate_queries, judge, step_range
 from tandem.core.promql import QueryResult, freshness_of, freshness_query
 from tests.fakes import prometheus as fp
 
@@ -126,3 +126,67 @@ def test_judge_reads_the_sample_answers() -> None:
     answers[count] = fp.value("500").build(NOW.timestamp(), count)
     [enough] = judge(p, answers, WINDOW)
     assert few.verdict == "NoData" and (enough.verdict, enough.reason) == ("Success", "SuccessConditionMet")
+
+
+# --- window: Step ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("since_start_s", "want"),
+    [
+        pytest.param(330.4, "4m30s", id="5m30.4s after start, 60 s delay: whole seconds since the delay"),
+        pytest.param(120, None, id="60 s since the delay is not longer than the 60 s rate window: use interval"),
+        pytest.param(121, "1m1s", id="one second longer"),
+        pytest.param(30, None, id="still inside the delay"),
+    ],
+)
+def test_step_range(since_start_s: float, want: str | None) -> None:
+    got = step_range(
+        now=START + timedelta(seconds=since_start_s), step_started_at=START, initial_delay_s=60, rate_window_s=60
+    )
+    assert got == want
+
+
+def test_only_step_window_gates_read_the_step_range() -> None:
+    step = MetricGate(name="errors", template="ErrorRate", compare=GateComparison(window="Step"))
+    per_interval = MetricGate(name="tpot", template="TPOTP90", compare=GateComparison())
+    condition = ttft()
+    p = gate_queries(
+        [step, per_interval, condition],
+        namespace="ns",
+        pool="speed",
+        canary_revision="c1",
+        stable_revision="s1",
+        interval="30s",
+        now=NOW,
+        step_interval="4m30s",
+    )
+    assert [pg.interval for pg in p.gates] == ["4m30s", "30s", "30s"]
+    step_q, interval_q, cond_q = (pg.queries for pg in p.gates)
+    assert step_q is not None and interval_q is not None and cond_q is not None
+    assert all("[4m30s]" in t and "[30s]" not in t for t in step_q.texts())
+    assert all("[30s]" in t and "[4m30s]" not in t for t in (*interval_q.texts(), *cond_q.texts()))
+    # before the step is long enough, a Step gate reads the interval like the others
+    early = gate_queries(
+        [step], namespace="ns", pool="speed", canary_revision="c1", stable_revision="s1", interval="30s", now=NOW
+    )
+    assert early.gates[0].interval == "30s"
+
+
+@pytest.mark.parametrize(
+    ("since_start_s", "want"),
+    [(60, 1), (89, 1), (90, 2), (330, 10), (0, 1)],
+)
+def test_looks_are_numbered_by_interval_after_the_delay(since_start_s: float, want: int) -> None:
+    window = g.SampleWindow(
+        now=START + timedelta(seconds=since_start_s), step_started_at=START, initial_delay_s=60, interval_s=30
+    )
+    assert window.look == want
+
+
+def test_alpha_spent_over_looks_sums_to_alpha() -> None:
+    assert g.look_confidence(99, 0) == 99
+    assert g.look_confidence(99, 1) == pytest.approx(99.5)
+    assert g.look_confidence(99, 4) == pytest.approx(99.95)
+    spent = sum(100 - g.look_confidence(99, j) for j in range(1, 100_000))
+    assert spent == pytest.approx(1.0, rel=1e-4) and spent < 1.0

@@ -195,3 +195,86 @@ def test_variance_bound_never_underestimates(seed: int, n: int) -> None:
 )
 def test_mean_greater(args: tuple[float, float, float, float, float, float], want: float) -> None:
     assert stats.mean_greater(*args) == pytest.approx(want, rel=1e-5, abs=1e-300)
+
+
+# --- power ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.5, 0.05, 0.01, 0.005, 1e-6])
+def test_normal_isf_inverts_normal_sf(p: float) -> None:
+    assert stats.normal_sf(stats.normal_isf(p)) == pytest.approx(p, rel=1e-9)
+
+
+def _binomial_sf_exact(k: int, n: int, p: Fraction) -> float:
+    return float(sum(math.comb(n, x) * p**x * (1 - p) ** (n - x) for x in range(k, n + 1)))
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "p"),
+    [
+        pytest.param(3, 60, Fraction(15, 1000), id="above the mode: upper tail summed"),
+        pytest.param(1, 60, Fraction(15, 1000), id="at the mode"),
+        pytest.param(20, 100, Fraction(3, 10), id="below the mode: 1 - lower tail"),
+        pytest.param(0, 10, Fraction(1, 2), id="k = 0"),
+        pytest.param(10, 10, Fraction(1, 2), id="k = n"),
+        pytest.param(11, 10, Fraction(1, 2), id="k > n"),
+    ],
+)
+def test_binomial_sf_matches_the_exact_sum(k: int, n: int, p: Fraction) -> None:
+    assert stats.binomial_sf(k, n, float(p)) == pytest.approx(_binomial_sf_exact(k, n, p), rel=1e-9, abs=1e-15)
+
+
+def test_errors_power_is_the_binomial_chance_of_the_critical_count() -> None:
+    # Docstring example: stable 30/6,000, canary 60 requests, +1 point, α = 0.01. The critical count is the
+    # smallest canary error count whose Fisher p is below α: 3 (p(2) = 0.040, p(3) = 0.0041).
+    assert stats.fisher_greater(2, 60, 30, 6000) >= 0.01 > stats.fisher_greater(3, 60, 30, 6000)
+    want = _binomial_sf_exact(3, 60, Fraction(15, 1000))  # 0.0615
+    assert stats.errors_power(60, 30, 6000, 0.01, 0.01) == pytest.approx(want, rel=1e-9)
+
+
+def test_errors_power_grows_with_the_canary_sample() -> None:
+    powers = [stats.errors_power(n, 30, 6000, 0.01, 0.01) for n in (60, 300, 1000, 3000)]
+    assert powers == sorted(powers) and powers[0] < 0.1 and powers[-1] > 0.99
+
+
+def test_errors_power_is_zero_when_no_count_could_reject() -> None:
+    # 5 canary requests against a stable arm of 5 requests with 5 errors: nothing the canary does is "worse".
+    assert stats.errors_power(5, 5, 5, 0.01, 0.01) == 0.0
+
+
+def test_errors_power_matches_the_rejection_rate_of_the_test() -> None:
+    """Monte Carlo: canaries drawn at stable's rate + 1 point are rejected about as often as the power says."""
+    rng = random.Random(7)
+    n1, c, n2, alpha = 400, 50, 10_000, 0.01
+    power = stats.errors_power(n1, c, n2, 0.01, alpha)
+    rate = c / n2 + 0.01
+    trials = 4000
+    rejected = sum(
+        stats.proportion_greater(sum(rng.random() < rate for _ in range(n1)), n1, c, n2) < alpha for _ in range(trials)
+    )
+    assert 0.2 < power < 0.8  # a case where the check means something
+    assert abs(rejected / trials - power) < 4 * math.sqrt(power * (1 - power) / trials)
+
+
+def test_mean_power_worked_example() -> None:
+    # TPOT 7 ms, bound 21 ms², canary 300, stable 6,000, ratio 1.1, α = 0.005:
+    # se = √(21e-6/300 + 21e-6/6000) = 2.7111e-4 s, shift 0.7 ms → z = 2.58199; Φ̄(2.575829 − 2.58199) = 0.50246.
+    assert stats.mean_power(0.007, 21e-6, 300, 6000, 1.1, 0.005) == pytest.approx(0.50246, abs=1e-4)
+
+
+def test_mean_power_matches_the_rejection_rate_of_the_test() -> None:
+    rng = random.Random(11)
+    m2, v, n1, n2, ratio, alpha = 0.2, 0.04, 600, 5000, 1.1, 0.005
+    power = stats.mean_power(m2, v, n1, n2, ratio, alpha)
+    trials = 4000
+    rejected = 0
+    for _ in range(trials):
+        m_canary = rng.gauss(m2 * ratio, math.sqrt(v / n1))
+        m_stable = rng.gauss(m2, math.sqrt(v / n2))
+        rejected += stats.mean_greater(m_canary, v, n1, m_stable, v, n2) < alpha
+    assert 0.2 < power < 0.8
+    assert abs(rejected / trials - power) < 4 * math.sqrt(power * (1 - power) / trials)
+
+
+def test_mean_power_without_data_is_zero() -> None:
+    assert stats.mean_power(0.2, 0.04, 0, 5000, 1.1, 0.005) == 0.0
