@@ -159,7 +159,9 @@ def sample_results(
     the bucket answer is cumulative with one series per ``le``, as ``sum by (le)`` returns it.
     """
     new = store.at_or_before(now)
-    texts = [q for q in (queries.count, queries.errors, queries.buckets, queries.sum) if q is not None]
+    texts = [
+        q for q in (queries.count, queries.errors, queries.buckets, queries.sum, queries.uncached) if q is not None
+    ]
     if new is None or revision not in new.revisions:
         return {q: query_result(q, None, now) for q in texts}
     old = store.at_or_before(new.t - window_s)
@@ -177,6 +179,10 @@ def sample_results(
             (before.ttft_sum if ttft else before.tpot_sum) if before is not None else 0.0
         )
         out[queries.count] = query_result(queries.count, _nan_or(float(counts.sum())), now)
+        if queries.uncached is not None:
+            q = cur.local_queries - (before.local_queries if before is not None else 0.0)
+            h = cur.local_hits - (before.local_hits if before is not None else 0.0)
+            out[queries.uncached] = query_result(queries.uncached, _nan_or(q - h), now)
         if queries.sum is not None:
             out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
         if queries.buckets is not None:

@@ -612,6 +612,13 @@ class GateComparison(ApiModel):
     error_increase_permille: Annotated[int, Field(ge=1, le=1000)] = 10
     """ErrorRate only: the rise in error rate the power is computed for, in per mille of requests (10 = +1
     percentage point over stable's rate)."""
+    normalize: Literal["None", "UncachedPromptTokens"] = "None"
+    """TTFT templates only. UncachedPromptTokens: compare the canary's TTFT per uncached prompt token — stable's
+    mean is scaled by how many more prompt tokens per request the canary's prefill instances did not find in their
+    prefix cache (vLLM's `prefix_cache_queries` − `prefix_cache_hits`, never scaled below 1), and only the mean test
+    decides. A new canary pair's cache is cold, and its slice of the key ring may hold longer prompts: neither is the
+    new version's doing, and both make it slower per request. A version that breaks prefix caching is then the
+    `LocalKVHitRatio` gate's to catch. Counters absent or unusable: compared unscaled (docs/design/009)."""
     window: Literal["Interval", "Step"] = "Interval"
     """Interval: each evaluation compares the last `interval`. Step: each evaluation compares everything since the
     step's `initialDelay` ended, so evidence accumulates over the step (a small first exposure reaches a verdict);
@@ -621,16 +628,17 @@ class GateComparison(ApiModel):
 
 
 GATE_PRESETS: dict[str, dict[str, Any]] = {
-    "ttft-p90": {"template": "TTFTP90", "compare": {}},
-    "ttft-p95": {"template": "TTFTP95", "compare": {}},
+    "ttft-p90": {"template": "TTFTP90", "compare": {"normalize": "UncachedPromptTokens"}},
+    "ttft-p95": {"template": "TTFTP95", "compare": {"normalize": "UncachedPromptTokens"}},
     "tokens-per-user": {"template": "TokensPerSecondPerUser", "compare": {}},
     "tpot-p90": {"template": "TPOTP90", "compare": {}},
     "errors": {"template": "ErrorRate", "compare": {}, "failureCondition": "result > 0.01"},
     "local-kv-hits": {"template": "LocalKVHitRatio", "successCondition": "result >= baseline * 0.9"},
 }
 """Named gates (``preset``): the write-up's gates as docs/design/009 tests them — latency and tokens/s compared
-with stable (rank + mean tests, 99 %, ≥ 10 % worse on average), errors by Fisher's test above a 1 % floor, and
-the local hit ratio within 10 % of stable's (the warm-up's measure). Fields set on the gate win."""
+with stable (rank + mean tests, 99 %, ≥ 10 % worse on average; TTFT per uncached prompt token), errors by
+Fisher's test above a 1 % floor, and the local hit ratio within 10 % of stable's (the warm-up's measure). Fields
+set on the gate win."""
 
 
 GateCondition = Annotated[
@@ -670,6 +678,13 @@ class MetricGate(ApiModel):
                 "analysis metric: compare needs a template with request counts (TTFTP90, TTFTP95, TPOTP90, "
                 "TokensPerSecondPerUser, ErrorRate)",
                 field_path=".compare",
+            ),
+            Rule(
+                "!has(self.compare) || !has(self.compare.normalize) || self.compare.normalize == 'None' || "
+                "(has(self.template) && self.template in ['TTFTP90', 'TTFTP95'])",
+                "analysis metric: compare.normalize: UncachedPromptTokens applies to TTFT templates only (TTFTP90, "
+                "TTFTP95)",
+                field_path=".compare.normalize",
             ),
             Rule(
                 "!(has(self.template) && has(self.query))",

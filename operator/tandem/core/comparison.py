@@ -154,21 +154,50 @@ def common_buckets(
     return tuple(shared[:-1]), per_bucket(a), per_bucket(b)
 
 
+@dataclass(frozen=True)
+class UncachedWork:
+    """Uncached prompt tokens per request of each revision in the window (``compare.normalize``)."""
+
+    canary: float
+    stable: float
+
+    @property
+    def factor(self) -> float:
+        """How many times stable's prefill work per request the canary did, never below 1: a canary with *more*
+        uncached tokens per request (a colder prefix cache, or a slice of keys with longer prompts) may be
+        that much slower without being worse; one with fewer is judged as is (TTFT has a fixed part — queueing,
+        the first decode step, the P→D transfer — so scaling it down would fail a warm canary for nothing).
+        1 when stable did no uncached work (nothing to scale by)."""
+        if self.stable <= 0 or not math.isfinite(self.canary) or not math.isfinite(self.stable):
+            return 1.0
+        return max(1.0, self.canary / self.stable)
+
+
 def compare_latency(
     canary: LatencyHistogram,
     stable: LatencyHistogram,
     *,
     confidence_percent: float,
     max_mean_ratio_percent: float,
+    work: UncachedWork | None = None,
 ) -> Comparison:
-    """Is the canary slower than stable, significantly and by more than the allowed ratio (module docstring)?"""
+    """Is the canary slower than stable, significantly and by more than the allowed ratio (module docstring)?
+
+    ``work`` (TTFT with ``compare.normalize: UncachedPromptTokens``): with a factor ``w`` > 1 the canary is
+    compared with stable's mean scaled by ``w`` — the null is "no slower per uncached prompt token" — by the mean
+    test alone (the rank test's null, one distribution for both, does not hold for a canary doing more work).
+    Example (W5 at the full rate, identical canary 60 s into its step): canary 63 requests, mean 2.86 s,
+    52.5 k uncached tokens per request; stable 3,980 requests, mean 0.902 s, 16.3 k → ``w`` = 3.21, ratio
+    2.86 / (0.902 × 3.21) = 0.99: not worse, where the unnormalised means differ ×3.2."""
     bounds, c_counts, s_counts = common_buckets(canary.cumulative, stable.cumulative)
-    p_rank = rank_sum_greater(c_counts, s_counts)
-    m1, m2 = canary.mean, stable.mean
+    w = work.factor if work is not None else 1.0
+    p_rank = rank_sum_greater(c_counts, s_counts) if w <= 1.0 else 1.0
+    m1, stable_mean = canary.mean, stable.mean
+    m2 = stable_mean * w
     power: float | None = None
     if bounds and canary.count > 0 and stable.count > 0 and math.isfinite(m1) and math.isfinite(m2):
         v1 = variance_bound(bounds, c_counts, m1)
-        v2 = variance_bound(bounds, s_counts, m2)
+        v2 = variance_bound(bounds, s_counts, stable_mean) * w * w
         p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count)
         power = mean_power(
             m2, v2, canary.count, stable.count, max_mean_ratio_percent / 100.0, alpha(confidence_percent) / 2
@@ -181,8 +210,13 @@ def compare_latency(
     ratio = _ratio(m1, m2) if math.isfinite(m1) and math.isfinite(m2) else 1.0
     allowed = max_mean_ratio_percent / 100.0
     worse = p < level and ratio > allowed
+    scaled = (
+        f" x{w:.3g} = {1000 * m2:.4g} ms for {work.canary:.4g} vs {work.stable:.4g} uncached tokens/request"
+        if work is not None
+        else ""
+    )
     summary = (
-        f"mean {1000 * m1:.4g} ms vs stable {1000 * m2:.4g} ms (x{ratio:.3g}, allowed x{allowed:g}): "
+        f"mean {1000 * m1:.4g} ms vs stable {1000 * stable_mean:.4g} ms{scaled} (x{ratio:.3g}, allowed x{allowed:g}): "
         f"p={p:.3g} {'<' if p < level else '≥'} {level:g} (rank {p_rank:.3g}, mean {p_mean:.3g})"
         + (f", power {_pct(power)} at x{allowed:g}" if power is not None else "")
     )
@@ -193,6 +227,7 @@ __all__ = [
     "Comparison",
     "ErrorCounts",
     "LatencyHistogram",
+    "UncachedWork",
     "alpha",
     "common_buckets",
     "compare_error_rates",

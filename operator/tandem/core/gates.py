@@ -108,6 +108,7 @@ from tandem.core.comparison import (
     Comparison,
     ErrorCounts,
     LatencyHistogram,
+    UncachedWork,
     compare_error_rates,
     compare_latency,
 )
@@ -243,7 +244,7 @@ class GateQueries:
         out = [self.canary, self.baseline or ""]
         for s in (self.canary_samples, self.stable_samples):
             if s is not None:
-                out += [s.count, s.errors or "", s.buckets or "", s.sum or ""]
+                out += [s.count, s.errors or "", s.buckets or "", s.sum or "", s.uncached or ""]
         return tuple(dict.fromkeys(q for q in out if q))
 
 
@@ -255,6 +256,7 @@ class SampleResults:
     errors: QueryResult | None = None
     buckets: QueryResult | None = None
     sum: QueryResult | None = None
+    uncached: QueryResult | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,9 @@ def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) 
     def get(q: str | None) -> QueryResult | None:
         return results[q] if q is not None else None
 
-    return SampleResults(results[queries.count], get(queries.errors), get(queries.buckets), get(queries.sum))
+    return SampleResults(
+        results[queries.count], get(queries.errors), get(queries.buckets), get(queries.sum), get(queries.uncached)
+    )
 
 
 def gate_samples(queries: GateQueries, results: Mapping[str, QueryResult]) -> GateSamples | None:
@@ -323,7 +327,7 @@ def resolve_gate_queries(
     canary_samples = stable_samples = None
     if counts_samples(gate):
         assert gate.template is not None
-        unrendered = template_sample_queries(gate.template)
+        unrendered = template_sample_queries(gate.template, gate.compare.normalize if gate.compare else "None")
         if gate.compare is None:  # only the sample size
             unrendered = SampleQueries(unrendered.count)
         canary_samples = _render_samples(unrendered, canary_vars)
@@ -337,7 +341,11 @@ def _render_samples(queries: SampleQueries, variables: QueryVars) -> SampleQueri
         return render_query(q, variables) if q is not None else None
 
     return SampleQueries(
-        render_query(queries.count, variables), render(queries.errors), render(queries.buckets), render(queries.sum)
+        render_query(queries.count, variables),
+        render(queries.errors),
+        render(queries.buckets),
+        render(queries.sum),
+        render(queries.uncached),
     )
 
 
@@ -492,6 +500,26 @@ def _check_buckets(result: QueryResult, window: SampleWindow) -> tuple[_Checked,
     return first, tuple(sorted(pairs.items()))
 
 
+def uncached_work(
+    canary: QueryResult | None, stable: QueryResult | None, counts: tuple[float, float], window: SampleWindow
+) -> UncachedWork | None:
+    """Uncached prompt tokens per request of both revisions (``compare.normalize: UncachedPromptTokens``), or
+    None when either answer is missing or unusable — the comparison then runs unadjusted, as without
+    ``normalize``, so bad or absent cache counters can only make the gate stricter, never hide a regression.
+
+    Example: 3.3 M uncached tokens over 63 canary requests and 65 M over 3,980 stable ones →
+    ``UncachedWork(52_381, 16_332)``: the cold canary prefills ×3.2 the tokens per request."""
+    if canary is None or stable is None:
+        return None
+    values = []
+    for result, n in ((canary, counts[0]), (stable, counts[1])):
+        checked = _check(result, window)
+        if checked.verdict is not None or checked.value is None or checked.value < 0 or n <= 0:
+            return None
+        values.append(checked.value / n)
+    return UncachedWork(values[0], values[1])
+
+
 def look_confidence(confidence_percent: float, look: int) -> float:
     """The confidence of look ``look`` of a ``window: Step`` gate: ``α_j = α/(j(j+1))`` (Σ_j α_j = α); look 0
     means a per-interval gate, which keeps its confidence. Example: 99 % at look 1 → 99.5 %, look 4 → 99.95 %."""
@@ -541,6 +569,11 @@ def _comparison(
             LatencyHistogram(histograms[1], n_stable, values[1]),
             confidence_percent=confidence,
             max_mean_ratio_percent=gate.compare.max_mean_ratio_percent,
+            work=(
+                uncached_work(canary.uncached, stable.uncached, counts, window)
+                if gate.compare.normalize == "UncachedPromptTokens"
+                else None
+            ),
         )
     else:  # the template has nothing to compare (the CRD forbids compare on it)
         return None, _Checked(None, "", None, VERDICT_ERROR, REASON_INVALID_QUERY), False

@@ -191,27 +191,45 @@ class SampleQueries:
     errors: str | None = None
     buckets: str | None = None
     sum: str | None = None
+    uncached: str | None = None
+    """Prompt tokens the revision's prefill instances did *not* find in their own prefix cache over the window
+    (``prefix_cache_queries − prefix_cache_hits``): the prefill work behind a TTFT gate's requests, for
+    ``compare.normalize: UncachedPromptTokens`` (:data:`UNCACHED_TOKENS_QUERY`)."""
+
+
+_SEL_PREFILL = 'namespace="${namespace}",pool="${pool}",revision="${revision}",role="prefill"'
+UNCACHED_TOKENS_QUERY: Final = (
+    f"sum(increase({METRIC_PREFIX_CACHE_QUERIES}{{{_SEL_PREFILL}}}[${{interval}}]))"
+    f" - sum(increase({METRIC_PREFIX_CACHE_HITS}{{{_SEL_PREFILL}}}[${{interval}}]))"
+)
+"""Uncached prompt tokens in the window, read on prefill instances whatever the gate's role (the decode side's
+TTFT histogram counts the same requests). Both counters are vLLM's, in tokens (integration.md §4)."""
+NORMALIZABLE_TEMPLATES: Final = frozenset({"TTFTP90", "TTFTP95"})
+"""Templates ``compare.normalize: UncachedPromptTokens`` applies to: TTFT is where prefill work shows."""
 
 
 def _increase(metric: str, extra: str = "") -> str:
     return f"increase({metric}{{{_SEL}{extra}}}[${{interval}}])"
 
 
-def template_sample_queries(template: str) -> SampleQueries:
+def template_sample_queries(template: str, normalize: str = "None") -> SampleQueries:
     """The sample queries of a built-in template (raises :class:`QueryRenderError` for an unknown one).
 
     Example: ``TPOTP90`` →
     ``count = sum(increase(vllm:request_time_per_output_token_seconds_count{...}[${interval}]))``,
     ``buckets = sum by (le) (increase(..._bucket{...}[${interval}]))``, ``sum = sum(increase(..._sum{...}[...]))``.
+    With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`).
     """
     if template not in TEMPLATES:
         raise QueryRenderError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
     histogram = TEMPLATE_HISTOGRAMS.get(template)
     if histogram is not None:
+        normalized = normalize == "UncachedPromptTokens" and template in NORMALIZABLE_TEMPLATES
         return SampleQueries(
             count=f"sum({_increase(histogram + '_count')})",
             buckets=f"sum by (le) ({_increase(histogram + '_bucket')})",
             sum=f"sum({_increase(histogram + '_sum')})",
+            uncached=UNCACHED_TOKENS_QUERY if normalized else None,
         )
     requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
     if template == ERROR_TEMPLATE:
