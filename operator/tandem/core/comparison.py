@@ -187,8 +187,8 @@ def compare_latency(
     compared with stable's mean scaled by ``w`` — the null is "no slower per uncached prompt token" — by the mean
     test alone (the rank test's null, one distribution for both, does not hold for a canary doing more work).
     Example (W5 at the full rate, identical canary 60 s into its step): canary 63 requests, mean 2.86 s,
-    52.5 k uncached tokens per request; stable 3,980 requests, mean 0.902 s, 16.3 k → ``w`` = 3.21, ratio
-    2.86 / (0.902 × 3.21) = 0.99: not worse, where the unnormalised means differ ×3.2."""
+    52.5 k uncached tokens per request; stable 3,980 requests, mean 0.902 s, 16.3 k → ``w`` = 3.22, ratio
+    2.86 / (0.902 × 3.22) = 0.98: not worse, where the unnormalised means differ ×3.2."""
     bounds, c_counts, s_counts = common_buckets(canary.cumulative, stable.cumulative)
     w = work.factor if work is not None else 1.0
     p_rank = rank_sum_greater(c_counts, s_counts) if w <= 1.0 else 1.0

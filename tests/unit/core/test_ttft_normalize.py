@@ -7,8 +7,6 @@ slower on average — the same per uncached token.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tandem.api.pool import GateComparison, MetricGate
@@ -152,9 +150,3 @@ def test_validate_normalize(metric: dict[str, object], want_error: str | None) -
         assert errors == []
     else:
         assert any(want_error in e for e in errors), errors
-
-
-def test_unused_dataclass_fields_stay_optional() -> None:
-    """Callers that build SampleResults without ``uncached`` (every gate but a normalised TTFT) still work."""
-    s = g.SampleResults(res(fp.value(1.0)))
-    assert dataclasses.replace(s).uncached is None
