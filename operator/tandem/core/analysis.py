@@ -324,6 +324,11 @@ def warm_up_verdicts(
     Failure is held until ``maxDuration``, which bounds every hold. Errors and decode speed are judged
     throughout.
 
+    A TTFT gate with ``compare.normalize: UncachedPromptTokens`` has already scaled stable by the canary's extra
+    uncached work, so its Failure is the new version's doing: with the hit ratio known (the cache counters
+    answer) it stands at once — holding it too would excuse the cold cache twice. With the hit ratio unknown
+    the counters are unusable, the comparison ran unscaled, and the Failure is held as above.
+
     Why the hit ratio "at its key share" is the right yardstick: the router gives the canary's pairs a slice
     of the key ring, and each pair caches the prefixes of its own keys; once a canary pair has seen its keys
     long enough its hit ratio is a stable pair's (at a lower load, if anything higher). Below that, its
@@ -362,6 +367,11 @@ def warm_up_verdicts(
         note = detail
         if template != HIT_RATIO_TEMPLATE and hits is not None:
             gate = by_name[v.name]
+            if gate.compare is not None and gate.compare.normalize == "UncachedPromptTokens":
+                why = f"not a cold cache: already compared per uncached prompt token ({detail})"
+                text = f"{v.condition}; {why}" if v.condition else why
+                out.append(v.model_copy(update={"condition": text[:1024]}))
+                continue
             slack = gate.compare.max_mean_ratio_percent if gate.compare is not None else DEFAULT_COLD_SLACK_PERCENT
             bound = cold_ttft_bound(hits[0], hits[1], slack)
             canary_ttft, stable_ttft = _finite(v.value), _finite(v.baseline)

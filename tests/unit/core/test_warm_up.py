@@ -207,3 +207,30 @@ def test_a_bad_canary_fails_inside_the_warm_up(
         progress, outcome = result.progress, result.outcome
     assert outcome is want_outcome
     assert progress.failures == want_failures
+
+
+NORMALIZED = [
+    MetricGate.model_validate(
+        {"name": "ttft", "template": "TTFTP95", "compare": {"normalize": "UncachedPromptTokens"}}
+    ),
+    *GATES[1:],
+]
+
+
+@pytest.mark.parametrize(
+    ("hits", "want"),
+    [
+        pytest.param(("0.46", "0.83"), "Failure", id="counters answer: already per uncached token, stands"),
+        pytest.param(None, "WarmingUp", id="no hit ratio: counters unusable, comparison ran unscaled, held"),
+    ],
+)
+def test_a_normalized_ttft_failure_is_not_excused_twice(hits: tuple[str, str] | None, want: str) -> None:
+    """A TTFT x1.1 Failure that the hit-ratio bound alone would hold (x1.1 <= x3.49) stands when the gate already
+    compared per uncached prompt token; the hit-ratio gate itself is still held while cold."""
+    got = a.warm_up_verdicts(ttft_case(("0.33", "0.30"), hits), NORMALIZED, WARM, T0, T0 + timedelta(seconds=60))
+    assert kinds(got)["ttft"] == want
+    if want == "Failure":
+        assert "already compared per uncached prompt token" in got[0].condition
+        assert kinds(got)["hits"] == "WarmingUp"
+    held = a.warm_up_verdicts(ttft_case(("0.33", "0.30"), hits), GATES, WARM, T0, T0 + timedelta(seconds=60))
+    assert kinds(held)["ttft"] == "WarmingUp"  # the same numbers without normalize: the cold cache explains them
