@@ -267,8 +267,19 @@ def run_story(demo: Demo) -> dict[str, Any]:
         or {}
     )
     if demo.front is not None:
-        demo.exporter.set_rate(LOW_RATE)  # from now on: before, the router had no pair to send to
         front = demo.front
+        # Traffic from now on, once every Ready instance has its engine double listening: before, the router had
+        # no pair to send to, or a pair whose address nobody answered yet (the live model polls every second).
+        instances = sum(
+            o["spec"]["pairs"]["replicas"]
+            * sum(o["spec"]["pairs"].get(role, {}).get("instances", 1) for role in ("prefill", "decode"))
+            for o in fleet[1:]
+        )
+        try:
+            demo.wait("an engine double on every instance", lambda: front.doubles() >= instances, timeout_s=30)
+        except TimeoutError:  # not fatal: the router walks past a pair nobody answers yet
+            say(f"  {front.doubles()} of {instances} engine doubles listening after 30 s; traffic starts anyway")
+        demo.exporter.set_rate(LOW_RATE)
         demo.wait("completions through the router", lambda: front.outcome_counts().get("ok", 0) >= 20, timeout_s=120)
         demo.mark(f"traffic flows through tandem router: {_outcomes(front)}")
     demo.mark(
