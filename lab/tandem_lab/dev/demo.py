@@ -414,6 +414,9 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
             loopback_pods=args.through_router,
         ),
         progress=say,
+        # The suite's run goes with its caller however it ends (a timeout's SIGKILL included); `make demo`'s
+        # cluster stays up for looking around.
+        die_with_caller=args.ci,
     )
     kube = state.kube()
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
@@ -463,6 +466,7 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
                 log_path=router_log,
                 cwd=REPO,
                 metrics_host=host_address(),
+                die_with_parent=True,  # started from the main thread: it stops with the demo, however that ends
             )
             stack.callback(router.stop)
             router.start()
@@ -482,6 +486,7 @@ def _run_demo(args: argparse.Namespace, name: str) -> int:
             prometheus_url=prometheus.url,
             scrape_interval_s=1.0,
             extra_args=operator_args,
+            die_with_parent=True,  # as the router: the demo's operator never outlives the demo
         )
         stack.callback(operator.stop, timeout_s=30)
         operator.start()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.lifetime import bind_to_this_process
 from tandem_lab.dev.nodes import NodeSpec, add_nodes, delete_node
 
 # Loopback pod CIDRs: one /24 per node from 127.64.0.0 up (127.0.0.0/16, where the control plane listens,
@@ -78,7 +79,9 @@ class OperatorProcess:
 
     ``identity`` becomes ``TANDEM_LEADER_IDENTITY`` (the same across restarts, like a pod name: a restarted
     operator takes its own Lease back at once; two different ones never act together). ``prometheus_url``
-    and ``scrape_interval_s`` are passed when set; ``extra_args`` go last.
+    and ``scrape_interval_s`` are passed when set; ``extra_args`` go last. ``die_with_parent``: the operator
+    gets SIGTERM when the process that started it dies, even by SIGKILL (``lifetime.bind_to_this_process``;
+    start it from the thread that lives as long as the caller, e.g. the main thread).
     """
 
     kubeconfig: Path
@@ -90,6 +93,7 @@ class OperatorProcess:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    die_with_parent: bool = False
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     liveness_port: int = 0
@@ -131,6 +135,7 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=self.cwd,
+                preexec_fn=bind_to_this_process() if self.die_with_parent else None,  # noqa: PLW1509
             )
         self.starts += 1
         deadline = time.monotonic() + timeout_s
@@ -303,7 +308,8 @@ class RouterProcess:
 
     Requests on ``127.0.0.1:<port>``; the health/metrics listener on ``metrics_host`` (a cluster test puts it
     on an address an EndpointSlice accepts, so the operator's drain loop can ask it for open streams). Used
-    by the demo (its traffic goes through this router) and the cluster tests.
+    by the demo (its traffic goes through this router) and the cluster tests. ``die_with_parent`` as for
+    :class:`OperatorProcess`.
     """
 
     kubeconfig: Path
@@ -312,6 +318,7 @@ class RouterProcess:
     metrics_host: str = "127.0.0.1"
     extra_args: tuple[str, ...] = ()
     cwd: Path | None = None
+    die_with_parent: bool = False
     port: int = 0
     metrics_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -341,6 +348,7 @@ class RouterProcess:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 cwd=self.cwd,
+                preexec_fn=bind_to_this_process() if self.die_with_parent else None,  # noqa: PLW1509
             )
         deadline = time.monotonic() + timeout_s
         while not self.alive():
