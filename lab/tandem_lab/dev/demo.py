@@ -11,7 +11,7 @@ What it owns: the demo's script, in order —
    streamed completions to the router, which classifies, hashes, walks and drives both legs to engine
    doubles on the engine pods' own addresses (loopback pod CIDRs), paced by the live model. Not the default
    yet: the example's gates roll the good version back too often on that traffic (issue 17): 3 of 5 runs
-   before TTFT was compared per uncached prompt token, 1 of 2 since (its 30-second local hit ratios swing
+   before TTFT was compared per uncached prompt token, 1 of 3 since (its 30-second local hit ratios swing
    0.12–0.37 and stable's with them; the `local-kv-hits` threshold reads that noise as a regression);
 3. the operator (`tandem run`, a child process) pointed at that Prometheus;
 4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
@@ -377,7 +377,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="send the trace's requests through `tandem router` to engine doubles on the pods' addresses, paced by "
         "the live model (docs/design/015; not yet the default: with it a good version was rolled back by gate "
-        "noise in 1 of 2 runs since TTFT is compared per uncached prompt token, 3 of 5 before; issue 17)",
+        "noise in 1 of 3 runs since TTFT is compared per uncached prompt token, 3 of 5 before; issue 17)",
     )
     demo.add_argument(
         "--ci",
