@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tandem.router.proxy import HEADER_PAIR, RouterConfig
+from tandem.router.proxy import HEADER_PAIR, UPSTREAM_MESSAGE_CHARS, RouterConfig, upstream_message
 from tandem.router.server import RunningRouter, start_router
 from tandem.router.tables import REASON_UNREADABLE, FileSource, TableStore
 from tandem.routing import (
@@ -258,6 +259,35 @@ async def test_router_mooncake_aborts_decode_when_prefill_fails(lab: Lab, client
             break
         await asyncio.sleep(0.02)
     assert d.aborted == 1
+
+
+async def test_router_logs_the_engines_reason_for_a_failed_leg(
+    lab: Lab, client: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A decode leg's 5xx is the client's 502 (never walked: the prefill's KV is on that pair), and the log line
+    carries the engine's own message, which the client does not see."""
+    pairs = await lab.pairs(1)
+    await lab.start(make_table(pairs))
+    d = lab.decode["speed-p0"]
+    d.behaviour = Behaviour(status=503)
+    caplog.set_level(logging.WARNING, logger="tandem.router.proxy")
+    async with client.post(
+        lab.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3}, headers={"X-Request-Id": "req-7"}
+    ) as resp:
+        assert resp.status == 502
+        body = await resp.json()
+    assert body["error"]["code"] == "decode_failed" and "scripted" not in body["error"]["message"]
+    [line] = [r.getMessage() for r in caplog.records if "req-7" in r.getMessage()]
+    assert "decode leg answered 503 (engine: " in line and f"{d.name} answers 503 (scripted)" in line, line
+
+
+def test_upstream_message_is_one_short_line() -> None:
+    assert upstream_message(b'{"error": {"message": "KV transfer failed", "code": 500}}') == "KV transfer failed"
+    assert upstream_message(b'{"message": "busy"}') == "busy"
+    assert upstream_message(b"Internal Server Error\n\x1b[31m") == "Internal Server Error [31m"
+    assert upstream_message(b"") == ""
+    long = upstream_message(("x" * 1000).encode())
+    assert len(long) == UPSTREAM_MESSAGE_CHARS and long.endswith("…")
 
 
 # --- locality, canary, lifecycle -----------------------------------------------------------------

@@ -552,6 +552,7 @@ class Router:
                             f"prefill leg answered {resp.status}",
                             502,
                             errors.CODE_PREFILL_FAILED,
+                            upstream=payload,
                         )
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
             return _Walk(REASON_PREFILL_CONNECT)
@@ -603,6 +604,7 @@ class Router:
                     f"decode leg answered {upstream.status}",
                     502,
                     errors.CODE_DECODE_FAILED,
+                    upstream=payload,
                 )
             if not state.creq.stream:
                 try:
@@ -725,9 +727,17 @@ class Router:
         code: str | None = None,
         *,
         failure: str = RESULT_ERROR,
+        upstream: bytes = b"",
     ) -> web.Response:
-        """Answer the client with an error the pool caused: counted as the request's outcome and SLO result."""
-        log.warning("request %s on %s: %s", state.request_id, state.labels[1], message)
+        """Answer the client with an error the pool caused: counted as the request's outcome and SLO result.
+
+        ``upstream`` is the engine's own error body: its message goes to the log (an operator needs the engine's
+        reason to tell an overloaded engine from a failed KV transfer), not to the client (it may name internal
+        addresses)."""
+        said = upstream_message(upstream)
+        log.warning(
+            "request %s on %s: %s%s", state.request_id, state.labels[1], message, f" (engine: {said})" if said else ""
+        )
         self.metrics.requests.labels(*state.labels, outcome).inc()
         self._record_slo(state, judge_request(state.prompt_tokens, failure=failure))
         return errors.error_response(message, status=status, code=code, headers=self._headers(state))
@@ -753,6 +763,28 @@ def _serves(table: RoutingTable, model: str | None) -> bool:
 def _failure(exc: BaseException) -> str:
     """The SLO result of a leg's exception: a timeout, or an error."""
     return RESULT_TIMEOUT if isinstance(exc, TimeoutError) else RESULT_ERROR
+
+
+UPSTREAM_MESSAGE_CHARS = 300
+"""How much of an engine's error message a log line carries."""
+
+
+def upstream_message(payload: bytes) -> str:
+    """An engine's error body as one short printable line: vLLM's ``{"error": {"message": …}}`` (or a bare
+    ``{"message": …}``) when it is JSON, else the text itself; at most :data:`UPSTREAM_MESSAGE_CHARS` characters.
+    Example: ``b'{"error": {"message": "KV transfer failed", "code": 500}}'`` → ``KV transfer failed``."""
+    text = payload.decode("utf-8", "replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        inner = body.get("error")
+        found = inner.get("message") if isinstance(inner, dict) else body.get("message", inner)
+        if isinstance(found, str):
+            text = found
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= UPSTREAM_MESSAGE_CHARS else line[: UPSTREAM_MESSAGE_CHARS - 1] + "…"
 
 
 def _describe(exc: BaseException) -> str:
