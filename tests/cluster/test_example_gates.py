@@ -7,9 +7,9 @@ the first analysis are the test's. Engine metrics come from the test exporter, s
 
 - a good version behaves like stable and is promoted;
 - a bad version has TTFT × 3 *and* a cold cache that never warms (hit ratio 0.3 against stable's 0.6), so
-  the warm-up holds its hit-ratio gate; its TTFT failure still stands, because the extra misses explain
-  at most (0.7/0.4) × 1.1 = ×1.93. It is rolled back at its second failed evaluation, not after the
-  warm-up's 5 minutes, and the pass that decides it publishes the canary's weight as 0.
+  the warm-up holds its hit-ratio gate if the score test finds the gap at all; its TTFT failure still stands,
+  because the extra misses explain at most (0.7/0.4) × 1.1 = ×1.93. It is rolled back at its second failed
+  evaluation, not after the warm-up's 5 minutes, and the pass that decides it publishes the canary's weight as 0.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     gates = {g["name"]: g for g in flipped["rollout"].get("gates") or []}
     assert gates["ttft-p95"]["verdict"] == "Failure", gates
     assert "not a cold cache" in gates["ttft-p95"]["condition"], gates["ttft-p95"]
-    assert gates["local-kv-hits"]["reason"] == "WarmingUp", gates["local-kv-hits"]  # cold, held: not the cause
+    # cold: held (WarmingUp) or within the hit ratio's noise (NotSignificantlyWorse) — not the cause
+    assert gates["local-kv-hits"]["verdict"] != "Failure", gates["local-kv-hits"]
     final = wait_until(
         "rolled back", lambda: s if (s := status(kube, ns))["rollout"]["phase"] == "RolledBack" else None, timeout_s=120
     )

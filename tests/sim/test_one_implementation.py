@@ -46,7 +46,7 @@ def test_the_simulator_runs_gates_with_gate_queries_and_judge(monkeypatch: pytes
     judged = spy_on(monkeypatch, rollout, "judge")
     gate = MetricGate(name="errors", template="ErrorRate", success_condition="result < 0.01", min_samples=0)
     verdicts = rollout.evaluate_gates(
-        ScrapeStore(), 60.0, [gate], AnalysisSpec(metrics=[gate]), "r2", "r1", rollout.at(0.0), 15.0
+        ScrapeStore(), 60.0, [gate], AnalysisSpec(metrics=[gate]), "r2", "r1", rollout.at(0.0), 15.0, 131_072
     )
     assert len(plans) == 1 and judged == [verdicts]
     assert [(v.name, v.verdict) for v in verdicts] == [("errors", "NoData")]  # no scrape yet: empty result

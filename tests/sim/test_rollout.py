@@ -54,7 +54,7 @@ def test_gates_are_judged_by_tandem_core() -> None:
     pool = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression")
     gate = MetricGate.model_validate({"name": "errors", "template": "ErrorRate", "failureCondition": "result > 0.01"})
     verdicts = rollout.evaluate_gates(
-        store, 60.0, [gate], pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0
+        store, 60.0, [gate], pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0, 131_072
     )
     assert [(v.name, v.verdict, v.reason) for v in verdicts] == [("errors", "Failure", "FailureConditionMet")]
 
@@ -103,9 +103,59 @@ def test_the_simulator_runs_statistical_gates_through_tandem_core(canary_tpot_s:
         MetricGate.model_validate({"name": "errors", "template": "ErrorRate", "compare": {}}),
     ]
     verdicts = rollout.evaluate_gates(
-        _two_revisions(canary_tpot_s), 60.0, gates, pool.spec.rollout.analysis, "r2", "r1", rollout.at(-120.0), 15.0
+        _two_revisions(canary_tpot_s),
+        60.0,
+        gates,
+        pool.spec.rollout.analysis,
+        "r2",
+        "r1",
+        rollout.at(-120.0),
+        15.0,
+        131_072,
     )
     assert [(v.verdict, v.reason) for v in verdicts] == [want, ("Success", "NotSignificantlyWorse")]
+
+
+def _hit_counts(canary_hits: float) -> ScrapeStore:
+    """Stable 700 requests of 8 k prompt tokens with 30 % local hits, the canary 40 with ``canary_hits``."""
+    store = ScrapeStore()
+    for t, k in ((0.0, 0.0), (60.0, 1.0)):
+        revisions = {
+            rev: RevisionSeries(finished=n * k, local_queries=n * 8_192 * k, local_hits=n * 8_192 * hit * k)
+            for rev, n, hit in (("r1", 700.0, 0.3), ("r2", 40.0, canary_hits))
+        }
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, revisions))
+    return store
+
+
+@pytest.mark.parametrize(
+    ("canary_hits", "longest_prompt", "want"),
+    [
+        pytest.param(0.0, 8_192, ("Failure", "SignificantlyWorse"), id="no hits, short prompts"),
+        pytest.param(0.0, 131_072, ("Success", "NotSignificantlyWorse"), id="no hits, too few tokens to tell"),
+        pytest.param(0.25, 8_192, ("Success", "NotSignificantlyWorse"), id="within noise"),
+    ],
+)
+def test_the_simulator_answers_the_hit_ratio_comparison(
+    canary_hits: float, longest_prompt: int, want: tuple[str, str]
+) -> None:
+    """The simulator answers the prefix-cache token queries from its scrapes, and the pool's longest prompt
+    reaches the judgement: the same counts fail in a pool of 8 k prompts and are too few in one of 131 k."""
+    p = load_params()
+    pool = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression")
+    gate = MetricGate.model_validate({"name": "hits", "template": "LocalKVHitRatio", "compare": {}})
+    [verdict] = rollout.evaluate_gates(
+        _hit_counts(canary_hits),
+        60.0,
+        [gate],
+        pool.spec.rollout.analysis,
+        "r2",
+        "r1",
+        rollout.at(-120.0),
+        15.0,
+        longest_prompt,
+    )
+    assert (verdict.verdict, verdict.reason) == want, verdict.condition
 
 
 def test_regression_gate_set_keeps_only_the_named_gates() -> None:
@@ -297,6 +347,6 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
         MetricGate.model_validate({"name": "interval", "template": "ErrorRate", "compare": {}}),
     ]
     # the step started at -60 s with a 60 s delay: at 180 s the step range is 3m, the interval's 1m
-    verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(-60.0), 15.0)
+    verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(-60.0), 15.0, 131_072)
     assert "errors 3/120" in verdicts[0].condition and "step look 7" in verdicts[0].condition
     assert "errors 1/40" in verdicts[1].condition and "step look" not in verdicts[1].condition

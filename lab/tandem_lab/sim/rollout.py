@@ -159,9 +159,7 @@ def sample_results(
     the bucket answer is cumulative with one series per ``le``, as ``sum by (le)`` returns it.
     """
     new = store.at_or_before(now)
-    texts = [
-        q for q in (queries.count, queries.errors, queries.buckets, queries.sum, queries.uncached) if q is not None
-    ]
+    texts = queries.texts()
     if new is None or revision not in new.revisions:
         return {q: query_result(q, None, now) for q in texts}
     old = store.at_or_before(new.t - window_s)
@@ -196,6 +194,12 @@ def sample_results(
         return out
     finished = cur.finished - (before.finished if before is not None else 0.0)
     out[queries.count] = query_result(queries.count, _nan_or(finished), now)
+    if queries.prompt_tokens is not None:
+        q = cur.local_queries - (before.local_queries if before is not None else 0.0)
+        out[queries.prompt_tokens] = query_result(queries.prompt_tokens, _nan_or(q), now)
+    if queries.hit_tokens is not None:
+        h = cur.local_hits - (before.local_hits if before is not None else 0.0)
+        out[queries.hit_tokens] = query_result(queries.hit_tokens, _nan_or(h), now)
     if queries.errors is not None:
         errors = cur.engine_errors - (before.engine_errors if before is not None else 0.0)
         out[queries.errors] = query_result(queries.errors, _nan_or(errors), now)
@@ -235,10 +239,12 @@ def evaluate_gates(
     stable: str,
     step_started_at: datetime,
     scrape_interval_s: float,
+    max_prompt_tokens: int,
 ) -> list[GateVerdict]:
     """Every gate's verdict, as ``adapters.prometheus.evaluate_metric_gates`` reaches it: the queries of
     ``core.gaterun.gate_queries``, answered from the scrapes (:func:`answer_queries`) instead of
-    Prometheus, judged by ``core.gaterun.judge``."""
+    Prometheus, judged by ``core.gaterun.judge`` (``max_prompt_tokens``: the pool's
+    ``InferencePoolSpec.longest_prompt``)."""
     interval = compute_rate_window(parse_duration(analysis.interval), scrape_interval_s)
     window_s = parse_prom_duration(interval)
     plan = gate_queries(
@@ -255,6 +261,7 @@ def evaluate_gates(
             initial_delay_s=parse_duration(analysis.initial_delay),
             rate_window_s=window_s,
         ),
+        max_prompt_tokens=max_prompt_tokens,
     )
     window = SampleWindow.for_analysis(
         analysis,
@@ -394,6 +401,7 @@ class TandemRollout:
                 request.stable,
                 request.step_started_at,
                 self.scrape_interval_s,
+                self.pool.spec.longest_prompt,
             )
             analysis = fold_analysis(self.pool, request, verdicts, now_dt)
             tl.evaluations.append({"t": round(now, 3), "outcome": analysis.outcome, "gates": _summ(verdicts)})
@@ -465,6 +473,7 @@ class FlaggerRollout:
         self.replicas = pool.spec.pairs.replicas
         self.analysis = pool.spec.rollout.analysis
         self.gates = list(self.analysis.metrics)
+        self.longest_prompt = pool.spec.longest_prompt
         self.scrape_interval_s = scrape_interval_s
         self.reconcile_s = reconcile_s
         self.weight = 0
@@ -509,6 +518,7 @@ class FlaggerRollout:
                     STABLE,
                     at(self.weight_since),
                     self.scrape_interval_s,
+                    self.longest_prompt,
                 )
                 ok = all(v.verdict == VERDICT_SUCCESS for v in verdicts)
                 tl.evaluations.append(

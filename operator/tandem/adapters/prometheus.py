@@ -294,6 +294,9 @@ class GateTarget:
     """The rendered ``${interval}`` (``core.promql.compute_rate_window``)."""
     timeout_s: float
     """Per-query timeout (``analysis.timeout``)."""
+    max_prompt_tokens: int | None = None
+    """The longest prompt the pool admits (``InferencePoolSpec.longest_prompt``): a ``LocalKVHitRatio``
+    comparison needs it."""
 
 
 async def evaluate_metric_gates(
@@ -333,6 +336,7 @@ async def evaluate_metric_gates(
             initial_delay_s=parse_duration(analysis.initial_delay),
             rate_window_s=rate_window_s,
         ),
+        max_prompt_tokens=target.max_prompt_tokens,
     )
     for p in plan.gates:
         if p.invalid is not None:

@@ -619,6 +619,13 @@ class GateComparison(ApiModel):
     decides. A new canary pair's cache is cold, and its slice of the key ring may hold longer prompts: neither is the
     new version's doing, and both make it slower per request. A version that breaks prefix caching is then the
     `LocalKVHitRatio` gate's to catch. Counters absent or unusable: compared unscaled (docs/design/009)."""
+    min_ratio_percent: Annotated[int, Field(ge=1, le=100)] = 90
+    """LocalKVHitRatio only: the share of stable's local prefix-hit ratio the canary may fall to (90 = 10 % fewer
+    prompt tokens from its own cache). The gate fails when the canary's ratio is significantly below this share of
+    stable's — a one-sided score test whose variance is bounded from the prefix-cache counters and the longest
+    prompt the pool admits (`traffic.match.maxPromptTokens`, else `model.maxContextTokens`), so a window whose
+    hits come from a few long prompts is not read as a regression (docs/design/009). Power is reported against a
+    canary with no local hits at all (a broken prefix cache)."""
     window: Literal["Interval", "Step"] = "Interval"
     """Interval: each evaluation compares the last `interval`. Step: each evaluation compares everything since the
     step's `initialDelay` ended, so evidence accumulates over the step (a small first exposure reaches a verdict);
@@ -633,12 +640,12 @@ GATE_PRESETS: dict[str, dict[str, Any]] = {
     "tokens-per-user": {"template": "TokensPerSecondPerUser", "compare": {}},
     "tpot-p90": {"template": "TPOTP90", "compare": {}},
     "errors": {"template": "ErrorRate", "compare": {}, "failureCondition": "result > 0.01"},
-    "local-kv-hits": {"template": "LocalKVHitRatio", "successCondition": "result >= baseline * 0.9"},
+    "local-kv-hits": {"template": "LocalKVHitRatio", "compare": {}},
 }
 """Named gates (``preset``): the write-up's gates as docs/design/009 tests them — latency and tokens/s compared
 with stable (rank + mean tests, 99 %, ≥ 10 % worse on average; TTFT per uncached prompt token), errors by
-Fisher's test above a 1 % floor, and the local hit ratio within 10 % of stable's (the warm-up's measure). Fields
-set on the gate win."""
+Fisher's test above a 1 % floor, and the local hit ratio not significantly below 90 % of stable's (a score test
+bounded by the pool's longest prompt; the warm-up's measure). Fields set on the gate win."""
 
 
 GateCondition = Annotated[
@@ -674,14 +681,16 @@ class MetricGate(ApiModel):
                 "analysis metric: a condition is required (successCondition or failureCondition) unless compare is set",
             ),
             Rule(
-                "!has(self.compare) || (has(self.template) && self.template != 'LocalKVHitRatio')",
-                "analysis metric: compare needs a template with request counts (TTFTP90, TTFTP95, TPOTP90, "
-                "TokensPerSecondPerUser, ErrorRate)",
+                "!has(self.compare) || has(self.template) || (has(self.preset) && !has(self.query))",
+                "analysis metric: compare needs a template (TTFTP90, TTFTP95, TPOTP90, TokensPerSecondPerUser, "
+                "ErrorRate, LocalKVHitRatio): its counts are what is compared",
                 field_path=".compare",
             ),
             Rule(
                 "!has(self.compare) || !has(self.compare.normalize) || self.compare.normalize == 'None' || "
-                "(has(self.template) && self.template in ['TTFTP90', 'TTFTP95'])",
+                "(has(self.template) && self.template in ['TTFTP90', 'TTFTP95']) || "
+                "(!has(self.template) && !has(self.query) && has(self.preset) && "
+                "self.preset in ['ttft-p90', 'ttft-p95'])",
                 "analysis metric: compare.normalize: UncachedPromptTokens applies to TTFT templates only (TTFTP90, "
                 "TTFTP95)",
                 field_path=".compare.normalize",
@@ -1055,6 +1064,14 @@ class InferencePoolSpec(ApiModel):
     """SLO-driven scaling of pair groups."""
     rollout: RolloutSpec = RolloutSpec()
     """Canary rollout of new stack revisions."""
+
+    @property
+    def longest_prompt(self) -> int:
+        """The longest prompt the pool's instances see: `traffic.match.maxPromptTokens` (the router classifies by
+        it), never above `model.maxContextTokens` (vLLM refuses longer). It bounds the variance of the
+        `LocalKVHitRatio` comparison (docs/design/009)."""
+        bound = self.traffic.match.max_prompt_tokens
+        return min(bound, self.model.max_context_tokens) if bound is not None else self.model.max_context_tokens
 
 
 __all__ = [

@@ -69,6 +69,7 @@ from tandem.core.gates import (
     VERDICT_SUCCESS,
     explain_verdict,
 )
+from tandem.core.promql import HIT_RATIO_TEMPLATE
 
 
 class Outcome(StrEnum):
@@ -265,7 +266,6 @@ REASON_WARMING_UP: Final = "WarmingUp"
 """A TTFT or hit-ratio Failure held while the canary's prefix cache is colder than stable's (``warmUp``)."""
 WARM_UP_TEMPLATES: Final = frozenset({"TTFTP90", "TTFTP95", "LocalKVHitRatio"})
 """Gates a cold prefix cache fails on its own: prefill work grows with the uncached prompt, hits fall."""
-HIT_RATIO_TEMPLATE: Final = "LocalKVHitRatio"
 
 
 def _finite(text: str) -> float | None:

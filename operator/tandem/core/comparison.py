@@ -21,12 +21,18 @@ Rules (α = 1 − ``confidencePercent``/100):
   shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
   share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
 
+- **Local prefix-hit ratio** (``LocalKVHitRatio``): worse when the canary's token-weighted hit ratio is
+  significantly below ``minRatioPercent``/100 × stable's (``core.stats.ratio_below``: a score test whose
+  variance is bounded from the tokens looked up and the longest prompt the pool admits, ``q_max``). The null
+  already allows the tolerated drop, so ``p < α`` alone decides. The bound is loose on purpose: the counters
+  cannot say how the tokens split into requests, and a window's ratio is dominated by its longest prompts.
+
 **Power** (``core.stats.errors_power``, ``core.stats.mean_power``): with every comparison comes the
 chance that this window's test would have called the canary worse had it been worse by the gate's effect
-size — errors: stable's rate + ``error_increase``; latency: stable's mean × ``maxMeanRatioPercent``/100, at
-``α/2`` (the Bonferroni share of the mean test; the rank test only adds power, so this is a lower bound).
-A "not worse" from a window with little power is absence of evidence: ``core.gates`` turns it into NoData
-``Underpowered`` when the gate sets ``minPowerPercent``.
+size — errors: stable's rate + ``error_increase``; hit ratio: a canary with no local hits; latency: stable's
+mean × ``maxMeanRatioPercent``/100, at ``α/2`` (the Bonferroni share of the mean test; the rank test only adds
+power, so this is a lower bound). A "not worse" from a window with little power is absence of evidence:
+``core.gates`` turns it into NoData ``Underpowered`` when the gate sets ``minPowerPercent``.
 
 Worked example (TPOT, ``confidencePercent: 99``, ``maxMeanRatioPercent: 110``): stable 6,000 requests
 with mean 7.0 ms, canary 300 with mean 9.1 ms, all in the first bucket [0, 10 ms]. The rank test
@@ -47,6 +53,8 @@ from tandem.core.stats import (
     mean_power,
     proportion_greater,
     rank_sum_greater,
+    ratio_below,
+    ratio_below_power,
     variance_bound,
 )
 
@@ -103,6 +111,54 @@ def _ratio(canary: float, stable: float) -> float:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
+
+
+@dataclass(frozen=True)
+class HitCounts:
+    """Prompt tokens one revision's instances looked up in their prefix cache over the window, and found."""
+
+    queried: float
+    hits: float
+
+    @property
+    def ratio(self) -> float:
+        """Hits / queried, clamped to [0, 1] (``increase()`` extrapolates each counter on its own); NaN when
+        nothing was looked up."""
+        if self.queried <= 0:
+            return math.nan
+        return min(1.0, max(0.0, self.hits / self.queried))
+
+
+def compare_hit_ratios(
+    canary: HitCounts,
+    stable: HitCounts,
+    *,
+    confidence_percent: float,
+    min_ratio_percent: float,
+    max_prompt_tokens: float,
+) -> Comparison:
+    """Is the canary's local prefix-hit ratio significantly below ``min_ratio_percent`` % of stable's (module
+    docstring)? A window in which either revision looked nothing up is not evidence: ``p = 1``, power 0.
+
+    Example (a good canary's noisy window at the demo's 50 % step): canary 0.12 over 400 k tokens, stable 0.30
+    over 900 k, ρ = 0.9, q_max = 131,072 → ``z = (0.27 − 0.12) / √(0.197 × 0.328 + 0.81 × 0.21 × 0.146) = 0.50``,
+    ``p = 0.31``: not worse, where ``result >= baseline * 0.9`` failed it."""
+    share = min_ratio_percent / 100.0
+    level = alpha(confidence_percent)
+    r_c, r_s = canary.ratio, stable.ratio
+    if math.isnan(r_c) or math.isnan(r_s):
+        p, power = 1.0, 0.0
+    else:
+        p = ratio_below(r_c, canary.queried, r_s, stable.queried, share, max_prompt_tokens)
+        power = ratio_below_power(r_s, canary.queried, stable.queried, share, max_prompt_tokens, level)
+    worse = p < level
+    ratio = _ratio(r_c, r_s) if not (math.isnan(r_c) or math.isnan(r_s)) else 1.0
+    summary = (
+        f"hit ratio {r_c:.3g} of {canary.queried:.4g} tokens vs stable {r_s:.3g} of {stable.queried:.4g} "
+        f"(x{ratio:.3g}, allowed x{share:g}, prompts ≤ {max_prompt_tokens:.0f} tokens): "
+        f"p={p:.3g} {'<' if worse else '≥'} {level:g}, power {_pct(power)} against no hits"
+    )
+    return Comparison(worse, p, ratio, summary, power)
 
 
 def compare_error_rates(
@@ -226,10 +282,12 @@ def compare_latency(
 __all__ = [
     "Comparison",
     "ErrorCounts",
+    "HitCounts",
     "LatencyHistogram",
     "UncachedWork",
     "alpha",
     "common_buckets",
     "compare_error_rates",
+    "compare_hit_ratios",
     "compare_latency",
 ]

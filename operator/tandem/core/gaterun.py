@@ -69,6 +69,8 @@ class GatePlan:
     """What one analysis pass asks: the gates in order, and the query texts to send."""
 
     gates: tuple[PlannedGate, ...]
+    max_prompt_tokens: int | None = None
+    """The longest prompt the pool admits: bounds a ``LocalKVHitRatio`` comparison's variance."""
 
     def texts(self) -> tuple[str, ...]:
         """Every data query of the renderable gates, each once, sorted."""
@@ -103,10 +105,12 @@ def gate_queries(
     interval: str,
     now: datetime,
     step_interval: str | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> GatePlan:
     """The queries of every gate for this pass (``interval`` is the rendered ``${interval}``; ``step_interval``,
     from :func:`step_range`, replaces it for ``compare.window: Step`` gates); a gate whose query cannot be
-    rendered gets its Error ``InvalidQuery`` verdict stamped ``now`` instead."""
+    rendered gets its Error ``InvalidQuery`` verdict stamped ``now`` instead. ``max_prompt_tokens``
+    (``InferencePoolSpec.longest_prompt``) goes with the plan to :func:`judge`."""
     planned: list[PlannedGate] = []
     for gate in gates:
         own = (
@@ -125,7 +129,7 @@ def gate_queries(
             planned.append(PlannedGate(gate, invalid=invalid_query_verdict(gate, now=now), error=str(exc)))
             continue
         planned.append(PlannedGate(gate, queries=q, interval=own))
-    return GatePlan(tuple(planned))
+    return GatePlan(tuple(planned), max_prompt_tokens)
 
 
 def judge(plan: GatePlan, answers: Mapping[str, QueryResult], window: SampleWindow) -> list[GateVerdict]:
@@ -146,7 +150,16 @@ def judge(plan: GatePlan, answers: Mapping[str, QueryResult], window: SampleWind
             continue
         q = p.queries
         baseline = results[q.baseline] if q.baseline else None
-        verdicts.append(evaluate_gate(p.gate, results[q.canary], baseline, window, gate_samples(q, results)))
+        verdicts.append(
+            evaluate_gate(
+                p.gate,
+                results[q.canary],
+                baseline,
+                window,
+                gate_samples(q, results),
+                max_prompt_tokens=plan.max_prompt_tokens,
+            )
+        )
     return verdicts
 
 

@@ -54,8 +54,10 @@ stable's count is checked as well (``BaselineTooFewSamples``). Without sample an
 did not query them) the floor is not checked.
 
 **Comparison** (``compare``, ``core.comparison``): after the sample floor, the window's counts of both
-revisions (errors and requests, or histogram buckets, ``_sum`` and ``_count``) are tested; an invalid
-answer stops the gate by the rules above (stable's NoData with the ``Baseline`` prefix). Then:
+revisions (errors and requests, histogram buckets, ``_sum`` and ``_count``, or the prefix-cache tokens looked
+up and found) are tested; an invalid answer stops the gate by the rules above (stable's NoData with the
+``Baseline`` prefix), and so do hit counts with no tokens looked up or a negative count (NoData
+``InvalidQueryResult``). Then:
 
 =====================  ===================================  =========  ==========================
  canary worse?          the gate's conditions (if any)       verdict    reason
@@ -94,7 +96,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
@@ -107,9 +109,11 @@ from tandem.api.quantity import parse_duration
 from tandem.core.comparison import (
     Comparison,
     ErrorCounts,
+    HitCounts,
     LatencyHistogram,
     UncachedWork,
     compare_error_rates,
+    compare_hit_ratios,
     compare_latency,
 )
 from tandem.core.promql import (
@@ -244,7 +248,7 @@ class GateQueries:
         out = [self.canary, self.baseline or ""]
         for s in (self.canary_samples, self.stable_samples):
             if s is not None:
-                out += [s.count, s.errors or "", s.buckets or "", s.sum or "", s.uncached or ""]
+                out += s.texts()
         return tuple(dict.fromkeys(q for q in out if q))
 
 
@@ -257,6 +261,8 @@ class SampleResults:
     buckets: QueryResult | None = None
     sum: QueryResult | None = None
     uncached: QueryResult | None = None
+    prompt_tokens: QueryResult | None = None
+    hit_tokens: QueryResult | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +278,13 @@ def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) 
         return results[q] if q is not None else None
 
     return SampleResults(
-        results[queries.count], get(queries.errors), get(queries.buckets), get(queries.sum), get(queries.uncached)
+        results[queries.count],
+        get(queries.errors),
+        get(queries.buckets),
+        get(queries.sum),
+        get(queries.uncached),
+        get(queries.prompt_tokens),
+        get(queries.hit_tokens),
     )
 
 
@@ -337,15 +349,9 @@ def resolve_gate_queries(
 
 
 def _render_samples(queries: SampleQueries, variables: QueryVars) -> SampleQueries:
-    def render(q: str | None) -> str | None:
-        return render_query(q, variables) if q is not None else None
-
-    return SampleQueries(
-        render_query(queries.count, variables),
-        render(queries.errors),
-        render(queries.buckets),
-        render(queries.sum),
-        render(queries.uncached),
+    return replace(
+        queries,
+        **{f.name: render_query(q, variables) for f in fields(queries) if (q := getattr(queries, f.name)) is not None},
     )
 
 
@@ -529,7 +535,12 @@ def look_confidence(confidence_percent: float, look: int) -> float:
 
 
 def _comparison(
-    gate: MetricGate, canary: SampleResults, stable: SampleResults, counts: tuple[float, float], window: SampleWindow
+    gate: MetricGate,
+    canary: SampleResults,
+    stable: SampleResults,
+    counts: tuple[float, float],
+    window: SampleWindow,
+    max_prompt_tokens: int | None,
 ) -> tuple[Comparison | None, _Checked, bool]:
     """The statistical comparison, or the first sample answer that stops it (and whether it was stable's)."""
     assert gate.compare is not None
@@ -538,6 +549,10 @@ def _comparison(
         (stable.errors, True, False),
         (canary.sum, False, False),
         (stable.sum, True, False),
+        (canary.prompt_tokens, False, False),
+        (canary.hit_tokens, False, False),
+        (stable.prompt_tokens, True, False),
+        (stable.hit_tokens, True, False),
         (canary.buckets, False, True),
         (stable.buckets, True, True),
     ]
@@ -563,6 +578,22 @@ def _comparison(
             confidence_percent=confidence,
             error_increase=gate.compare.error_increase_permille / 1000.0,
         )
+    elif canary.prompt_tokens is not None and len(values) == 4:
+        if max_prompt_tokens is None:
+            raise ValueError(f"gate {gate.name}: a hit-ratio comparison needs the longest prompt the pool admits")
+        for i, is_stable in ((0, False), (2, True)):
+            # No tokens looked up, or negative counts: not a window to judge a cache by (a forged or broken
+            # answer must hold the step, not pass it as "not significantly worse").
+            if not values[i] > 0 or values[i + 1] < 0:
+                shown = f"{values[i + 1]:g} hits of {values[i]:g} tokens"
+                return None, _Checked(None, shown, None, VERDICT_NO_DATA, REASON_INVALID_QUERY_RESULT), is_stable
+        comparison = compare_hit_ratios(
+            HitCounts(values[0], values[1]),
+            HitCounts(values[2], values[3]),
+            confidence_percent=confidence,
+            min_ratio_percent=gate.compare.min_ratio_percent,
+            max_prompt_tokens=max_prompt_tokens,
+        )
     elif len(histograms) == 2 and len(values) == 2:
         comparison = compare_latency(
             LatencyHistogram(histograms[0], n_canary, values[0]),
@@ -586,13 +617,16 @@ def evaluate_gate(
     baseline: QueryResult | None,
     window: SampleWindow,
     samples: GateSamples | None = None,
+    *,
+    max_prompt_tokens: int | None = None,
 ) -> GateVerdict:
     """The verdict of one metric gate (rules in the module docstring).
 
     ``baseline`` is the same query on the stable revision; it is required when the gate reads it
     (:func:`uses_baseline`) and ignored otherwise. ``samples`` are the answers to the gate's sample
     queries (:func:`gate_samples`): without them ``minSamples`` is not checked; a ``compare`` gate
-    requires them, stable's included.
+    requires them, stable's included. ``max_prompt_tokens`` (the longest prompt the pool admits) bounds the
+    variance of a ``LocalKVHitRatio`` comparison, which requires it.
     """
     condition = condition_text(gate)
     query = canary.query
@@ -683,7 +717,9 @@ def evaluate_gate(
         return verdict(*by_condition, c, b)
 
     assert samples is not None and samples.stable is not None
-    comparison, stopped, is_stable = _comparison(gate, samples.canary, samples.stable, counts, window)
+    comparison, stopped, is_stable = _comparison(
+        gate, samples.canary, samples.stable, counts, window, max_prompt_tokens
+    )
     if comparison is None:
         reason = (
             BASELINE_PREFIX + stopped.reason if is_stable and stopped.verdict == VERDICT_NO_DATA else stopped.reason

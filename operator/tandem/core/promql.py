@@ -54,7 +54,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -176,6 +176,7 @@ TEMPLATE_HISTOGRAMS: Final[Mapping[str, str]] = {
 }
 """The histogram a latency template reads; its ``_count`` is the gate's sample size."""
 ERROR_TEMPLATE: Final = "ErrorRate"
+HIT_RATIO_TEMPLATE: Final = "LocalKVHitRatio"
 _ERRORS_ONLY: Final = ',finished_reason="error"'
 
 
@@ -195,6 +196,15 @@ class SampleQueries:
     """Prompt tokens the revision's prefill instances did *not* find in their own prefix cache over the window
     (``prefix_cache_queries − prefix_cache_hits``): the prefill work behind a TTFT gate's requests, for
     ``compare.normalize: UncachedPromptTokens`` (:data:`UNCACHED_TOKENS_QUERY`)."""
+    prompt_tokens: str | None = None
+    """LocalKVHitRatio: prompt tokens the revision's instances looked up in their prefix cache over the window
+    (``vllm:prefix_cache_queries_total``), the denominator of the hit ratio and its sample size in tokens."""
+    hit_tokens: str | None = None
+    """LocalKVHitRatio: of those, the tokens found (``vllm:prefix_cache_hits_total``)."""
+
+    def texts(self) -> tuple[str, ...]:
+        """The queries that are set, in field order."""
+        return tuple(q for q in (getattr(self, f.name) for f in fields(self)) if q is not None)
 
 
 _SEL_PREFILL = 'namespace="${namespace}",pool="${pool}",revision="${revision}",role="prefill"'
@@ -232,6 +242,12 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
             uncached=UNCACHED_TOKENS_QUERY if normalized else None,
         )
     requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
+    if template == HIT_RATIO_TEMPLATE:
+        return SampleQueries(
+            count=requests,
+            prompt_tokens=f"sum({_increase(METRIC_PREFIX_CACHE_QUERIES)})",
+            hit_tokens=f"sum({_increase(METRIC_PREFIX_CACHE_HITS)})",
+        )
     if template == ERROR_TEMPLATE:
         # `or vector(0)` as in the ErrorRate template: no error series yet means 0 errors.
         errors = f"(sum({_increase(METRIC_REQUEST_SUCCESS, _ERRORS_ONLY)}) or vector(0))"

@@ -281,6 +281,68 @@ def mean_power(mean2: float, var2: float, n1: float, n2: float, ratio: float, al
     return normal_sf(normal_isf(alpha) - shift / se)
 
 
+def token_ratio_variance(ratio: float, tokens: float, max_tokens: float) -> float:
+    """An upper bound on the variance of a token-weighted ratio ``r̂ = Σh_i / Σq_i`` over a window of requests
+    whose prompts are at most ``max_tokens`` long, ``tokens = Σq_i``: ``r(1 − r) · min(1, q_max / Q)``.
+
+    Why it holds: ``r̂`` is the ``q``-weighted mean of per-request fractions ``x_i = h_i / q_i ∈ [0, 1]``, so
+    ``Var(r̂) ≈ Σq_i² Var(x) / Q² ≤ q_max · Var_q(x) / Q`` (``Σq_i² ≤ q_max · Q``), and a [0, 1] variable with
+    mean ``r`` has variance at most ``r(1 − r)`` (Bhatia–Davis); no ratio varies more than that, hence the
+    ``min``. ``Q / q_max`` is the fewest requests the window can hold: the bound treats each as that long.
+    Example: r = 0.3, Q = 1.65 M tokens, q_max = 131,072 → ``0.21 × 0.0794 = 0.0167`` (sd 0.129).
+    """
+    r = min(1.0, max(0.0, ratio))
+    share = 1.0 if tokens <= 0 else min(1.0, max_tokens / tokens)
+    return r * (1.0 - r) * share
+
+
+def ratio_below(
+    canary_ratio: float,
+    canary_tokens: float,
+    stable_ratio: float,
+    stable_tokens: float,
+    share: float,
+    max_tokens: float,
+) -> float:
+    """One-sided p-value that the canary's token-weighted ratio is below ``share`` × stable's (a score test).
+
+    ``z = (ρ r_s − r_c) / √(V(ρ r_s, Q_c) + ρ² V(r_s, Q_s))`` with ``V`` = :func:`token_ratio_variance`: the
+    canary's variance is taken at the null boundary ``r_c = ρ r_s``, not at its own estimate, or a canary with no
+    hits at all (variance 0 at its estimate) would look certain from a single request.
+    Example: canary 0.0 over 1.65 M tokens, stable 0.3 over 16.5 M, ρ = 0.9, q_max = 131,072 →
+    ``z = 0.27 / √(0.01566 + 0.81 × 0.00167) = 2.07`` → ``p = 0.019``.
+    """
+    null = share * stable_ratio
+    var = token_ratio_variance(null, canary_tokens, max_tokens) + share * share * token_ratio_variance(
+        stable_ratio, stable_tokens, max_tokens
+    )
+    gap = null - canary_ratio
+    if var <= 0:
+        return 0.0 if gap > 0 else 1.0
+    return normal_sf(gap / math.sqrt(var))
+
+
+def ratio_below_power(
+    stable_ratio: float, canary_tokens: float, stable_tokens: float, share: float, max_tokens: float, alpha: float
+) -> float:
+    """Power of :func:`ratio_below` at level ``alpha`` against a canary with no hits at all (``r_c = 0``: a broken
+    prefix cache). That canary's estimate is exactly 0, so only stable's estimate varies: the test flags it when
+    ``ρ r̂_s > z_α σ₀`` (``σ₀`` the test's standard error at the null boundary).
+    Example (as :func:`ratio_below`, α = 0.01): ``σ₀ = 0.1304``, ``z_α σ₀ = 0.303`` against ``ρ r_s = 0.27`` with
+    sd ``0.9 × 0.0409 = 0.0368`` → ``Φ̄(0.90) ≈ 0.18``.
+    """
+    if not 0.0 < alpha < 1.0:
+        return 0.0
+    null = share * stable_ratio
+    v_stable = token_ratio_variance(stable_ratio, stable_tokens, max_tokens)
+    sd0 = math.sqrt(token_ratio_variance(null, canary_tokens, max_tokens) + share * share * v_stable)
+    critical = normal_isf(alpha) * sd0
+    sd_alt = share * math.sqrt(v_stable)
+    if sd_alt <= 0:
+        return 1.0 if null > critical else 0.0
+    return normal_sf((critical - null) / sd_alt)
+
+
 __all__ = [
     "FISHER_MAX_ERRORS",
     "binomial_sf",
@@ -292,6 +354,9 @@ __all__ = [
     "normal_sf",
     "proportion_greater",
     "rank_sum_greater",
+    "ratio_below",
+    "ratio_below_power",
+    "token_ratio_variance",
     "two_proportion_greater",
     "variance_bound",
 ]

@@ -271,6 +271,7 @@ async def _gate_verdicts(
         stable_revision=request.stable,
         interval=request.rate_window,
         timeout_s=request.timeout_s,
+        max_prompt_tokens=pool.spec.longest_prompt,
     )
     return await evaluate_metric_gates(
         provider,

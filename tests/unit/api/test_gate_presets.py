@@ -34,8 +34,8 @@ from tandem.api.pool import GATE_PRESETS, MetricGate
         ),
         pytest.param(
             {"name": "hits", "preset": "local-kv-hits"},
-            {"template": "LocalKVHitRatio", "compare": False, "failure_condition": None},
-            id="hit ratio: a condition, no test",
+            {"template": "LocalKVHitRatio", "compare": True, "failure_condition": None},
+            id="hit ratio: the score test, no threshold",
         ),
         pytest.param(
             {"name": "custom", "preset": "errors", "query": 'sum(rate(x{pool="${pool}"}[${interval}]))'},
