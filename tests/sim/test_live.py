@@ -663,6 +663,27 @@ def test_external_decode_leg_whose_prefill_never_came_ends_failed_on_release() -
     assert fleet._pods[(NS, pod_name(0, "decode"))].incoming == 0
 
 
+def test_external_walk_after_a_refused_prefill_moves_the_decode_leg() -> None:
+    """A MooncakeConnector router sends the decode leg with the prefill; when pair 0's prefill refuses, it
+    aborts that decode and walks to pair 1. The model lets go of pair 0's decode leg (its double is told it
+    failed) and serves the request on pair 1 — measured before: 'request N already has a decode leg' 503s."""
+    fleet, clock = make_fleet(FleetSpec(["r1", "r1"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    first, second = Legs(), Legs()
+    assert fleet.enter_decode(serial, NS, pod_name(0, "decode"), first.first_at.append, first.done.append) is None
+    # pair 0's prefill answered 503 (its admission): the router walks
+    assert fleet.enter_decode(serial, NS, pod_name(1, "decode"), second.first_at.append, second.done.append) is None
+    assert first.done == [None] and fleet._pods[(NS, pod_name(0, "decode"))].incoming == 0
+    assert fleet.enter_prefill(serial, NS, pod_name(1, "prefill"), second.prefilled.append) is None
+    # once a prefill was taken, another decode leg is refused
+    why = fleet.enter_decode(serial, NS, pod_name(0, "decode"), first.first_at.append, first.done.append)
+    assert why is not None and "already has a decode leg" in why
+    run(fleet, clock, 20.0)
+    assert second.prefilled == [True] and second.done == [64] and first.first_at == []
+    assert fleet.c["decode_abandoned"] == 1
+
+
 def test_external_second_prefill_leg_is_refused_and_the_first_runs_on() -> None:
     fleet, clock = make_fleet(FleetSpec(["r1", "r1"]), external_routing=True)
     run(fleet, clock, 1.0)

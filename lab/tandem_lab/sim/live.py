@@ -765,6 +765,7 @@ class LiveFleet:
                 "errors",
                 "prefix_queries",
                 "prefix_hits",
+                "decode_abandoned",
             ),
             0,
         )
@@ -1041,7 +1042,9 @@ class LiveFleet:
         """The router sent request ``sid``'s decode leg to pod ``name``: it joins there once its KV arrived.
 
         A MooncakeConnector router sends the decode leg while the prefill runs (it may even arrive before
-        the prefill leg), so the join waits for the prefill and the P→D transfer. ``on_first(t)``: the
+        the prefill leg), so the join waits for the prefill and the P→D transfer. A second decode leg is refused
+        once a prefill was taken; before that it replaces the first (the router walked past a pair whose
+        prefill refused the request, :meth:`_abandon_decode`). ``on_first(t)``: the
         first token is due at model time ``t``; ``on_done(n)``: finished with ``n`` output tokens, or None
         (failed, or an ``error_rate`` draw).
         """
@@ -1051,12 +1054,27 @@ class LiveFleet:
             return found
         req, d = found
         if req.dpod is not None:
-            return f"request {sid} already has a decode leg on {req.dpod.ref.name}"
+            if req.ppod is not None or req.dpod is d:
+                return f"request {sid} already has a decode leg on {req.dpod.ref.name}"
+            self._abandon_decode(req)
         req.dpod, req.on_first, req.on_done = d, on_first, on_done
         d.incoming += 1
         if req.t_ready is not None:
             self.push(max(self.now, req.t_ready), _EV_DECODE_JOIN, req)
         return None
+
+    def _abandon_decode(self, req: _Req) -> None:
+        """Let go of a decode leg whose pair never took the prefill: a MooncakeConnector router sends the decode
+        leg with the prefill, and when that prefill is refused it aborts the decode and walks to the next pair
+        (vLLM frees an aborted request when its connection closes). The old leg's double is told it failed, so
+        its stream ends; the request's next decode leg takes its place."""
+        assert req.dpod is not None
+        req.dpod.incoming -= 1
+        done = req.on_done
+        req.dpod = req.on_first = req.on_done = None
+        self.c["decode_abandoned"] += 1
+        if done is not None:
+            done(None)
 
     def release(self, sid: int, *, rejected: bool) -> None:
         """The client is done with request ``sid``. One that never reached an engine is forgotten here
