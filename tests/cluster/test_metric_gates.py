@@ -77,6 +77,7 @@ def _evaluate(
         stable_revision=STABLE,
         interval=compute_rate_window(WINDOW_S, scrape_s),
         timeout_s=TIMEOUT_S,
+        max_prompt_tokens=131_072,
     )
     (verdict,) = asyncio.run(
         evaluate_metric_gates(

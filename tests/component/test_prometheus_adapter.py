@@ -356,7 +356,13 @@ def test_provider_rejects_non_http_urls() -> None:
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 TARGET = GateTarget(
-    namespace="ml", pool="speed", canary_revision="new1", stable_revision="old1", interval="1m", timeout_s=5
+    namespace="ml",
+    pool="speed",
+    canary_revision="new1",
+    stable_revision="old1",
+    interval="1m",
+    timeout_s=5,
+    max_prompt_tokens=131_072,
 )
 SPEC = AnalysisSpec(initial_delay="60s")
 
@@ -462,9 +468,10 @@ async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
         ("errors", "Success", "NotSignificantlyWorse"),
     ]
     assert "x1.3" in verdicts[0].condition and "errors 1/40" in verdicts[1].condition
-    # tpot: value x2 + (count, buckets, sum) x2; errors: value x2 + (count, errors) x2
+    # tpot: value x2 + (count, buckets, sum, per-pair count, per-pair sum) x2; errors: value x2 + (count, errors) x2
     data = [c for c in fake.calls if not freshness_of(c.query)]
-    assert len(data) == 14 and len({c.query for c in data}) == 14
+    assert len(data) == 18 and len({c.query for c in data}) == 18
+    assert sum("sum by (pair)" in c.query for c in data) == 4
 
 
 async def test_a_step_window_gate_queries_the_whole_step_and_spends_alpha_over_looks() -> None:
@@ -513,7 +520,7 @@ async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> 
         async def aquery(self, promql: str, *, timeout_s: float) -> Any:
             await asyncio.sleep(3600)
 
-    target = GateTarget("ml", "speed", "new1", "old1", "1m", timeout_s=0.2)
+    target = GateTarget("ml", "speed", "new1", "old1", "1m", timeout_s=0.2, max_prompt_tokens=131_072)
     start = time.monotonic()
     verdicts = await evaluate_metric_gates(
         Hanging(), [gate], target, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: START

@@ -119,6 +119,11 @@ def buckets(cumulative: Sequence[tuple[str, str | float]], *, age_s: float = 0.0
     return replace(_ok([({"le": le}, age_s, _fmt(v)) for le, v in cumulative]), label="buckets")
 
 
+def by_pair(values: Mapping[str, str | float], *, age_s: float = 0.0) -> Reply:
+    """A ``sum by (pair)`` answer: one series per ``pair`` label, e.g. ``{"speed-p1": 900, "speed-p2": 880}``."""
+    return replace(_ok([({"pair": p}, age_s, _fmt(v)) for p, v in values.items()]), label="by_pair")
+
+
 def matrix(v: str | float = "0.1") -> Reply:
     return replace(_ok([({}, 0.0, _fmt(v))], result_type="matrix"), label="matrix")
 

@@ -183,6 +183,11 @@ def sample_results(
             out[queries.uncached] = query_result(queries.uncached, _nan_or(q - h), now)
         if queries.sum is not None:
             out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
+        for per_pair in (queries.pair_counts, queries.pair_sums):
+            if per_pair is not None:
+                # The scrapes keep revision totals only: no per-pair answer, so the gate compares with the
+                # per-request variance alone (core.gates.pair_latencies).
+                out[per_pair] = query_result(per_pair, None, now)
         if queries.buckets is not None:
             cumulative = np.cumsum(counts).tolist()
             series = tuple(

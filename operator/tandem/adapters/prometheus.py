@@ -294,9 +294,9 @@ class GateTarget:
     """The rendered ``${interval}`` (``core.promql.compute_rate_window``)."""
     timeout_s: float
     """Per-query timeout (``analysis.timeout``)."""
-    max_prompt_tokens: int | None = None
+    max_prompt_tokens: int
     """The longest prompt the pool admits (``InferencePoolSpec.longest_prompt``): a ``LocalKVHitRatio``
-    comparison needs it."""
+    comparison needs it, so a target without it cannot be built (no silent default for a statistical bound)."""
 
 
 async def evaluate_metric_gates(

@@ -20,6 +20,8 @@ Rules (α = 1 − ``confidencePercent``/100):
   ``p < α`` **and** ``mean_canary / mean_stable > maxMeanRatioPercent/100``, so a significant but tiny
   shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
   share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
+  The mean test's variance per arm is at least the variance **between the revision's pairs** (their per-pair
+  ``_sum``/``_count``), when it has two or more: requests sharing a pair's queue are not independent.
 
 - **Local prefix-hit ratio** (``LocalKVHitRatio``): worse when the canary's token-weighted hit ratio is
   significantly below ``minRatioPercent``/100 × stable's (``core.stats.ratio_below``: a score test whose
@@ -51,6 +53,8 @@ from tandem.core.stats import (
     errors_power,
     mean_greater,
     mean_power,
+    one_pair_variance,
+    pair_mean_variance,
     proportion_greater,
     rank_sum_greater,
     ratio_below,
@@ -229,6 +233,50 @@ class UncachedWork:
         return max(1.0, self.canary / self.stable)
 
 
+@dataclass(frozen=True)
+class PairLatencies:
+    """Each pair's ``(requests, latency sum)`` in the window, per revision: the pairs are the independent units of
+    a latency mean (``core.stats.pair_mean_variance``). An empty side means "not known" (per-request variance
+    only)."""
+
+    canary: tuple[tuple[float, float], ...] = ()
+    stable: tuple[tuple[float, float], ...] = ()
+
+
+def _pair_count(pairs: tuple[tuple[float, float], ...]) -> int:
+    return sum(1 for n, _ in pairs if n > 0)
+
+
+def _mean_variances(
+    v1: float, n1: float, v2: float, n2: float, pairs: PairLatencies, scale: float
+) -> tuple[float, float, float]:
+    """Each arm's variance of its mean, and the degrees of freedom of their sum (Welch-Satterthwaite).
+
+    Each is at least the per-request bound over ``n`` (no degrees of freedom lost: a bound, not an estimate).
+    Stable's is also at least the variance between its pairs (``k − 1`` degrees of freedom); the canary's at least
+    its own between-pair variance and at least what the spread of stable's pairs implies for the canary's
+    (``core.stats.one_pair_variance`` × ``Σn_i²/N²``; one pair of all ``n`` when the canary's per-pair answer is
+    missing), since a canary on one or two pairs cannot show its own spread."""
+    k1, k2 = _pair_count(pairs.canary), _pair_count(pairs.stable)
+    var1, f1 = v1 / n1, math.inf
+    var2, f2 = v2 / n2, math.inf
+    between2 = pair_mean_variance(pairs.stable)
+    if between2 is not None and between2 * scale * scale > var2:
+        var2, f2 = between2 * scale * scale, float(k2 - 1)
+    between1 = pair_mean_variance(pairs.canary)
+    if between1 is not None and between1 > var1:
+        var1, f1 = between1, float(k1 - 1)
+    one_pair = one_pair_variance(pairs.stable)
+    if one_pair is not None:
+        sizes = [n for n, _ in pairs.canary if n > 0] or [n1]
+        borrowed = one_pair * scale * scale * sum(n * n for n in sizes) / sum(sizes) ** 2
+        if borrowed > var1:
+            var1, f1 = borrowed, float(k2 - 1)
+    spread = (var1 * var1 / f1 if math.isfinite(f1) else 0.0) + (var2 * var2 / f2 if math.isfinite(f2) else 0.0)
+    df = (var1 + var2) ** 2 / spread if spread > 0 else math.inf
+    return var1, var2, df
+
+
 def compare_latency(
     canary: LatencyHistogram,
     stable: LatencyHistogram,
@@ -236,6 +284,7 @@ def compare_latency(
     confidence_percent: float,
     max_mean_ratio_percent: float,
     work: UncachedWork | None = None,
+    pairs: PairLatencies | None = None,
 ) -> Comparison:
     """Is the canary slower than stable, significantly and by more than the allowed ratio (module docstring)?
 
@@ -244,22 +293,48 @@ def compare_latency(
     test alone (the rank test's null, one distribution for both, does not hold for a canary doing more work).
     Example (W5 at the full rate, identical canary 60 s into its step): canary 63 requests, mean 2.86 s,
     52.5 k uncached tokens per request; stable 3,980 requests, mean 0.902 s, 16.3 k → ``w`` = 3.22, ratio
-    2.86 / (0.902 × 3.22) = 0.98: not worse, where the unnormalised means differ ×3.2."""
+    2.86 / (0.902 × 3.22) = 0.98: not worse, where the unnormalised means differ ×3.2.
+
+    ``pairs``: each arm's mean-test variance is the larger of the per-request bound and the variance between its
+    pairs (``design effect`` ``d`` = between / (bound / n), at least 1), so a window where one busy pair's queue
+    slowed all of its requests is not read as hundreds of independent slow requests. Example: canary pairs with
+    means 330, 120 and 120 ms over 900 requests each (mean 190 ms), stable's three at 131 ms, a per-request bound
+    of 0.27 s² for both → between-pair variance 0.0049 s², ``d`` = 0.0049 × 2,700 / 0.27 = 49 for the canary, 1
+    for stable; the mean test's ``z`` falls from 4.2 to 0.83, p = 0.24 on Student's t with 2 degrees of freedom
+    (three canary pairs estimated the spread). A canary on one pair (every first step) has no spread of its own:
+    it borrows what stable's pairs show for one pair's mean. The power takes the same variances and t."""
     bounds, c_counts, s_counts = common_buckets(canary.cumulative, stable.cumulative)
     w = work.factor if work is not None else 1.0
-    p_rank = rank_sum_greater(c_counts, s_counts) if w <= 1.0 else 1.0
     m1, stable_mean = canary.mean, stable.mean
     m2 = stable_mean * w
     power: float | None = None
+    d1 = d2 = 1.0
+    df = math.inf
+    p_mean = 1.0
     if bounds and canary.count > 0 and stable.count > 0 and math.isfinite(m1) and math.isfinite(m2):
         v1 = variance_bound(bounds, c_counts, m1)
         v2 = variance_bound(bounds, s_counts, stable_mean) * w * w
-        p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count)
+        v_alt = v2  # the canary as stable shifted: stable's per-request variance...
+        if pairs is not None and v1 > 0 and v2 > 0 and w > 0:
+            var1, var2, df = _mean_variances(v1, canary.count, v2, stable.count, pairs, w)
+            d1, d2 = var1 * canary.count / v1, var2 * stable.count / v2
+            v1, v2, v_alt = v1 * d1, v2 * d2, v2 * d1  # ...with the canary's pairs' design effect
+        p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count, df)
         power = mean_power(
-            m2, v2, canary.count, stable.count, max_mean_ratio_percent / 100.0, alpha(confidence_percent) / 2
+            m2,
+            v2,
+            canary.count,
+            stable.count,
+            max_mean_ratio_percent / 100.0,
+            alpha(confidence_percent) / 2,
+            var1=v_alt,
+            df=df,
         )
-    else:
-        p_mean = 1.0
+    # The rank statistic's variance, like the difference of means, sums a canary part (∝ 1/n1) and a stable
+    # part (∝ 1/n2): each takes its arm's design effect, weighted by its share of 1/n1 + 1/n2.
+    n1, n2 = canary.count, stable.count
+    d_rank = (d1 * n2 + d2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
+    p_rank = rank_sum_greater(c_counts, s_counts, d_rank, df) if w <= 1.0 else 1.0
     informative = [x for x in (p_rank, p_mean) if x < 1.0]
     p = min(1.0, len(informative) * min(informative)) if informative else 1.0
     level = alpha(confidence_percent)
@@ -271,10 +346,17 @@ def compare_latency(
         if work is not None
         else ""
     )
+    spread = (
+        f"; pairs {len(pairs.canary)} vs {len(pairs.stable)}, variance x{d1:.3g} vs x{d2:.3g} between pairs"
+        + (f", t with {df:.3g} df" if math.isfinite(df) else "")
+        if pairs is not None
+        else ""
+    )
     summary = (
         f"mean {1000 * m1:.4g} ms vs stable {1000 * stable_mean:.4g} ms{scaled} (x{ratio:.3g}, allowed x{allowed:g}): "
         f"p={p:.3g} {'<' if p < level else '≥'} {level:g} (rank {p_rank:.3g}, mean {p_mean:.3g})"
         + (f", power {_pct(power)} at x{allowed:g}" if power is not None else "")
+        + spread
     )
     return Comparison(worse, p, ratio, summary, power)
 
@@ -284,6 +366,7 @@ __all__ = [
     "ErrorCounts",
     "HitCounts",
     "LatencyHistogram",
+    "PairLatencies",
     "UncachedWork",
     "alpha",
     "common_buckets",

@@ -111,12 +111,14 @@ from tandem.core.comparison import (
     ErrorCounts,
     HitCounts,
     LatencyHistogram,
+    PairLatencies,
     UncachedWork,
     compare_error_rates,
     compare_hit_ratios,
     compare_latency,
 )
 from tandem.core.promql import (
+    LABEL_PAIR,
     GateRole,
     QueryRenderError,
     QueryResult,
@@ -263,6 +265,8 @@ class SampleResults:
     uncached: QueryResult | None = None
     prompt_tokens: QueryResult | None = None
     hit_tokens: QueryResult | None = None
+    pair_counts: QueryResult | None = None
+    pair_sums: QueryResult | None = None
 
 
 @dataclass(frozen=True)
@@ -285,6 +289,8 @@ def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) 
         get(queries.uncached),
         get(queries.prompt_tokens),
         get(queries.hit_tokens),
+        get(queries.pair_counts),
+        get(queries.pair_sums),
     )
 
 
@@ -526,6 +532,44 @@ def uncached_work(
     return UncachedWork(values[0], values[1])
 
 
+PAIR_TOTALS_TOLERANCE: Final = 0.05
+"""How far the per-pair answers may sum from the revision's totals (relative, plus one request or second): the
+queries are evaluated one after another, so a scrape may land between them."""
+
+
+def _by_pair(result: QueryResult, window: SampleWindow) -> dict[str, float] | None:
+    values: dict[str, float] = {}
+    for series in result.series:
+        checked = _check(replace(result, series=(series,)), window)
+        pair = series.labels.get(LABEL_PAIR, "")
+        if checked.verdict is not None or checked.value is None or checked.value < 0 or pair in values:
+            return None
+        values[pair] = checked.value
+    return values
+
+
+def pair_latencies(
+    counts: QueryResult | None, sums: QueryResult | None, totals: tuple[float, float], window: SampleWindow
+) -> tuple[tuple[float, float], ...]:
+    """One revision's ``(requests, latency sum)`` per pair, or ``()`` when the answers are missing or unusable:
+    a failed or stale series, a negative or non-finite value, a pair twice, the two answers naming different
+    pairs, or totals more than :data:`PAIR_TOTALS_TOLERANCE` away from the revision's ``_count``/``_sum``.
+    The comparison then keeps the per-request variance alone — the stricter test — so a broken or forged
+    per-pair answer can only make the gate stricter, never hide a regression behind a made-up spread.
+
+    Example: ``pair="speed-p1"`` 900 requests / 297 s and ``pair="speed-p2"`` 900 / 108 s against totals
+    (1,800, 405) → ``((900, 297), (900, 108))``."""
+    if counts is None or sums is None or not counts.series:
+        return ()
+    n_by, s_by = _by_pair(counts, window), _by_pair(sums, window)
+    if n_by is None or s_by is None or n_by.keys() != s_by.keys():
+        return ()
+    for got, want in ((sum(n_by.values()), totals[0]), (sum(s_by.values()), totals[1])):
+        if abs(got - want) > PAIR_TOTALS_TOLERANCE * abs(want) + 1.0:
+            return ()
+    return tuple((n_by[p], s_by[p]) for p in sorted(n_by))
+
+
 def look_confidence(confidence_percent: float, look: int) -> float:
     """The confidence of look ``look`` of a ``window: Step`` gate: ``α_j = α/(j(j+1))`` (Σ_j α_j = α); look 0
     means a per-interval gate, which keeps its confidence. Example: 99 % at look 1 → 99.5 %, look 4 → 99.95 %."""
@@ -604,6 +648,10 @@ def _comparison(
                 uncached_work(canary.uncached, stable.uncached, counts, window)
                 if gate.compare.normalize == "UncachedPromptTokens"
                 else None
+            ),
+            pairs=PairLatencies(
+                pair_latencies(canary.pair_counts, canary.pair_sums, (n_canary, values[0]), window),
+                pair_latencies(stable.pair_counts, stable.pair_sums, (n_stable, values[1]), window),
             ),
         )
     else:  # the template has nothing to compare (the CRD forbids compare on it)

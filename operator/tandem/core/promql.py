@@ -201,6 +201,11 @@ class SampleQueries:
     (``vllm:prefix_cache_queries_total``), the denominator of the hit ratio and its sample size in tokens."""
     hit_tokens: str | None = None
     """LocalKVHitRatio: of those, the tokens found (``vllm:prefix_cache_hits_total``)."""
+    pair_counts: str | None = None
+    """Latency templates: ``count`` per pair (``sum by (pair)``), one series per pair that has the histogram."""
+    pair_sums: str | None = None
+    """Latency templates: ``sum`` per pair. With ``pair_counts``, each pair's mean: the pairs are the independent
+    units of the mean test (``core.stats.pair_mean_variance``)."""
 
     def texts(self) -> tuple[str, ...]:
         """The queries that are set, in field order."""
@@ -229,6 +234,7 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
     ``count = sum(increase(vllm:request_time_per_output_token_seconds_count{...}[${interval}]))``,
     ``buckets = sum by (le) (increase(..._bucket{...}[${interval}]))``, ``sum = sum(increase(..._sum{...}[...]))``.
     With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`).
+    Every latency template also gets ``pair_counts`` and ``pair_sums`` (``sum by (pair)`` of ``_count`` and ``_sum``).
     """
     if template not in TEMPLATES:
         raise QueryRenderError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}")
@@ -240,6 +246,8 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
             buckets=f"sum by (le) ({_increase(histogram + '_bucket')})",
             sum=f"sum({_increase(histogram + '_sum')})",
             uncached=UNCACHED_TOKENS_QUERY if normalized else None,
+            pair_counts=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_count')})",
+            pair_sums=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_sum')})",
         )
     requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
     if template == HIT_RATIO_TEMPLATE:

@@ -26,6 +26,9 @@ Formulas
 - **Means with a variance bound** (:func:`mean_greater`): the means come exactly from ``_sum/_count``;
   the variance is bounded from the buckets (:func:`variance_bound`), so the z-test on the difference
   of means is conservative: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``.
+- **Between pairs** (:func:`pair_mean_variance`): the variance of a revision's mean estimated from its pairs'
+  means, ``k/(k−1)·Σ(s_i − m·n_i)²/N²``; ``core.comparison`` takes the larger of it and the per-request bound,
+  because requests that share a pair's queue are not independent.
 - **Power** (:func:`errors_power`, :func:`mean_power`): the probability that the test above rejects at
   level ``α`` *if* the canary were worse by a given effect — what a "not worse" answer is worth. A window
   too small to see the effect says nothing about it (docs/design/009, "Power floor").
@@ -54,6 +57,49 @@ _TAIL_EPS: Final = 1e-17
 def normal_sf(z: float) -> float:
     """``P(Z > z)`` for a standard normal Z: ``erfc(z/√2)/2``. Example: ``normal_sf(1.6449) ≈ 0.05``."""
     return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """``I_x(a, b)``, the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_sf(t: float, df: float) -> float:
+    """``P(T > t)`` for Student's t with ``df`` degrees of freedom (``math.inf``: the normal). A z-statistic whose
+    variance was estimated from few units (pairs) takes this tail instead of the normal's.
+    Example: ``student_t_sf(2.92, 2) ≈ 0.05`` (the normal's 5 % point is 1.64)."""
+    if not math.isfinite(df) or df > 1e6:
+        return normal_sf(t)
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t > 0 else 1.0 - tail
 
 
 def _log_comb(n: int, k: int) -> float:
@@ -110,11 +156,16 @@ def _check_counts(a: int, n1: int, c: int, n2: int) -> None:
         raise ValueError(f"need 0 ≤ errors ≤ requests and requests > 0, got {a}/{n1} and {c}/{n2}")
 
 
-def rank_sum_greater(canary: Sequence[float], stable: Sequence[float]) -> float:
+def rank_sum_greater(
+    canary: Sequence[float], stable: Sequence[float], design_effect: float = 1.0, df: float = math.inf
+) -> float:
     """One-sided Mann-Whitney p-value that canary observations rank above stable's (normal approximation).
 
     ``canary`` and ``stable`` are per-bucket (non-cumulative) counts over the same ordered buckets.
     Returns 1.0 when there is nothing to compare (an empty arm, or every observation in one bucket).
+    ``design_effect`` (≥ 1) multiplies ``Var[U]``: observations that are not independent (requests sharing a
+    pair's queue) carry less evidence than their count; ``core.comparison`` passes the one the pairs' means show,
+    and the degrees of freedom of that estimate (``df``: the z takes :func:`student_t_sf`).
 
     Example: canary ``[0, 2, 2]``, stable ``[2, 2, 0]``: mid-ranks 1.5, 4.5, 7.5; ``U = 2·4.5 + 2·7.5 − 10
     = 14``, ``E[U] = 8``, ``Σ(t³−t) = 6 + 60 + 6 = 72``, ``Var = 16/12·(9 − 72/56) = 10.29``,
@@ -137,10 +188,10 @@ def rank_sum_greater(canary: Sequence[float], stable: Sequence[float]) -> float:
         ties += t**3 - t
         below += t
     u = rank_sum - n1 * (n1 + 1) / 2
-    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) * max(1.0, design_effect)
     if variance <= 0:
         return 1.0
-    return normal_sf((u - n1 * n2 / 2 - 0.5) / math.sqrt(variance))
+    return student_t_sf((u - n1 * n2 / 2 - 0.5) / math.sqrt(variance), df)
 
 
 def variance_bound(bounds: Sequence[float], counts: Sequence[float], mean: float) -> float:
@@ -178,8 +229,11 @@ def variance_bound(bounds: Sequence[float], counts: Sequence[float], mean: float
     return max(0.0, second - mean * mean)
 
 
-def mean_greater(mean1: float, var1: float, n1: float, mean2: float, var2: float, n2: float) -> float:
-    """One-sided p-value that the canary's mean exceeds stable's: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``.
+def mean_greater(
+    mean1: float, var1: float, n1: float, mean2: float, var2: float, n2: float, df: float = math.inf
+) -> float:
+    """One-sided p-value that the canary's mean exceeds stable's: ``z = (m1 − m2)/√(v1/n1 + v2/n2)``, against the
+    normal, or Student's t with ``df`` when a variance was estimated from few pairs.
 
     Example: TPOT means 9.1 ms (canary, 300 requests) and 7.0 ms (stable, 6,000), both bounded at
     21 ms² → ``z = 2.1/√(21/300 + 21/6000) = 7.74`` → ``p ≈ 5e-15``.
@@ -189,7 +243,7 @@ def mean_greater(mean1: float, var1: float, n1: float, mean2: float, var2: float
     se2 = var1 / n1 + var2 / n2
     if se2 <= 0:
         return 0.0 if mean1 > mean2 else 1.0
-    return normal_sf((mean1 - mean2) / math.sqrt(se2))
+    return student_t_sf((mean1 - mean2) / math.sqrt(se2), df)
 
 
 def normal_isf(p: float) -> float:
@@ -265,20 +319,96 @@ def errors_power(n1: int, c: int, n2: int, increase: float, alpha: float) -> flo
     return binomial_sf(hi, n1, rate)
 
 
-def mean_power(mean2: float, var2: float, n1: float, n2: float, ratio: float, alpha: float) -> float:
+def mean_power(
+    mean2: float,
+    var2: float,
+    n1: float,
+    n2: float,
+    ratio: float,
+    alpha: float,
+    *,
+    var1: float | None = None,
+    df: float = math.inf,
+) -> float:
     """Power of :func:`mean_greater` at level ``alpha`` against a canary mean of ``ratio × mean2``.
 
-    Both arms take stable's variance (bound) ``var2``: under the alternative the canary is stable shifted.
+    Both arms take stable's variance (bound) ``var2``: under the alternative the canary is stable shifted —
+    unless ``var1`` gives the canary's own (its pairs make it wider, ``core.comparison``); with ``df`` the
+    critical value and the tail are Student's t.
     Example: TPOT mean 7 ms, bound 21 ms², canary 300 requests, stable 6,000, ratio 1.1, α = 0.005 →
     ``se = √(21/300 + 21/6000) = 0.271 ms``, ``z = 0.7/0.271 = 2.58`` → ``Φ̄(2.576 − 2.58) ≈ 0.50``.
     """
     if n1 <= 0 or n2 <= 0 or not 0.0 < alpha < 1.0:
         return 0.0
     shift = mean2 * (ratio - 1.0)
-    se = math.sqrt(var2 / n1 + var2 / n2)
+    se = math.sqrt((var2 if var1 is None else var1) / n1 + var2 / n2)
     if se <= 0:
         return 1.0 if shift > 0 else 0.0
-    return normal_sf(normal_isf(alpha) - shift / se)
+    return student_t_sf(student_t_isf(alpha, df) - shift / se, df)
+
+
+def student_t_isf(p: float, df: float) -> float:
+    """The ``t`` with ``P(T > t) = p`` (inverse of :func:`student_t_sf`, by bisection; the normal's for infinite
+    ``df``). Example: ``student_t_isf(0.05, 2) ≈ 2.920``."""
+    if not math.isfinite(df) or df > 1e6:
+        return normal_isf(p)
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"need 0 < p < 1, got {p}")
+    lo, hi = -1.0, 1.0
+    while student_t_sf(lo, df) < p:
+        lo *= 2.0
+    while student_t_sf(hi, df) > p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if student_t_sf(mid, df) > p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-10 * max(1.0, abs(mid)):
+            break
+    return (lo + hi) / 2.0
+
+
+def pair_mean_variance(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """The variance of a revision's mean ``m = Σs_i / Σn_i`` estimated between its pairs (a cluster-robust,
+    "sandwich" estimate), or None with fewer than two pairs that served requests.
+
+    ``pairs`` holds each pair's ``(n_i, s_i)``: requests and the sum of their latencies in the window.
+    ``V̂ = k/(k − 1) · Σ(s_i − m·n_i)² / N²`` over the ``k`` pairs with ``n_i > 0``, ``N = Σn_i``.
+    Why: requests on one pair share its queue — one long prompt delays every request behind it — so they are
+    not independent, and the per-request variance over ``N`` (:func:`mean_greater`'s ``v/n``) understates how
+    much the mean moves from window to window. The pairs are the independent units; the spread of their means
+    says how much. Example: three pairs of 900 requests with means 330, 120 and 120 ms (m = 190 ms) →
+    ``V̂ = 1.5 × 900² × (140² + 70² + 70²) / 2,700² = 4,900 ms²`` (se 70 ms, where 900 requests per pair with a
+    per-request sd of 300 ms would give se 5.8 ms).
+    """
+    used = [(n, s) for n, s in pairs if n > 0]
+    k = len(used)
+    if k < 2:
+        return None
+    total_n = sum(n for n, _ in used)
+    mean = sum(s for _, s in used) / total_n
+    return k / (k - 1) * sum((s - mean * n) ** 2 for n, s in used) / (total_n * total_n)
+
+
+def one_pair_variance(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """The variance of one pair's mean latency, from the spread of the revision's pairs, or None with fewer than two
+    pairs that served requests: ``V̂·N²/Σn_i²`` with ``V̂`` from :func:`pair_mean_variance`, which estimates
+    ``σ_b²·Σn_i²/N² + σ_w²/N`` (``σ_b²`` the pair's own effect — its queue, its cache —, ``σ_w²`` the requests'),
+    so this is ``σ_b² + σ_w²·N/Σn_i²``: the variance of the mean of a pair of ``Σn_i²/N`` requests, the pairs'
+    typical size. A canary on one pair has no spread of its own to measure; under "no worse" its pair is one draw
+    of the same pairs, so its mean varies this much (with pairs of similar size: the router gives each the same
+    share of keys).
+    Example: stable pairs as in :func:`pair_mean_variance` (V̂ = 0.0049 s², three pairs of 900) → ``0.0147 s²``
+    (one pair's mean has sd 121 ms).
+    """
+    between = pair_mean_variance(pairs)
+    if between is None:
+        return None
+    sizes = [n for n, _ in pairs if n > 0]
+    total = sum(sizes)
+    return between * total * total / sum(n * n for n in sizes)
 
 
 def token_ratio_variance(ratio: float, tokens: float, max_tokens: float) -> float:
@@ -352,10 +482,14 @@ __all__ = [
     "mean_power",
     "normal_isf",
     "normal_sf",
+    "one_pair_variance",
+    "pair_mean_variance",
     "proportion_greater",
     "rank_sum_greater",
     "ratio_below",
     "ratio_below_power",
+    "student_t_isf",
+    "student_t_sf",
     "token_ratio_variance",
     "two_proportion_greater",
     "variance_bound",

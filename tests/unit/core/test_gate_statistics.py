@@ -112,11 +112,17 @@ def test_template_sample_queries_reject_unknown_templates() -> None:
                 'revision="new1"',
                 'revision="new1"',
                 'revision="new1"',
+                'by (pair) (increase(vllm:request_time_per_output_token_seconds_count{namespace="ml",pool="speed",'
+                'revision="new1"',
+                'by (pair) (increase(vllm:request_time_per_output_token_seconds_sum{namespace="ml",pool="speed",'
+                'revision="new1"',
                 'revision="old1"',
                 'revision="old1"',
                 'revision="old1"',
+                '_count{namespace="ml",pool="speed",revision="old1"',
+                '_sum{namespace="ml",pool="speed",revision="old1"',
             ],
-            id="compare latency: value, baseline, count+buckets+sum per revision",
+            id="compare latency: value, baseline, count+buckets+sum+per-pair count and sum per revision",
         ),
         pytest.param(
             errors_gate(),
