@@ -1,8 +1,9 @@
 """`make demo` is the README's first command: its story runs in the suite (`tandem demo --ci`).
 
 The CI-sized run is the same story on its own cluster (demo-ci, started fresh and torn down): the
-reference fleet comes up, load scales the speed pool, v33 is promoted and v34 rolled back, by the
-operator alone. A demo that breaks fails `make test`, not the first person who tries it.
+reference fleet comes up, the trace's requests go through `tandem router` to engine doubles, load
+scales the speed pool, v33 is promoted and v34 rolled back, by the operator alone. A demo that
+breaks fails `make test`, not the first person who tries it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def test_the_demo_story_runs_end_to_end(toolchain: Toolchain) -> None:
     print(f"tandem demo --ci: exit {proc.returncode} in {took:.0f} s (log: {LOG})")
     assert proc.returncode == 0, out[-4000:]
     for line in (
+        "traffic flows through tandem router",  # the default since the data plane (issue 15 item 8)
         "fleet Ready",
         "speed scaled to",
         "v33 promoted in",

@@ -6,14 +6,14 @@ What it owns: the demo's script, in order —
 2. engine metrics: the simulator's live mode (`tandem sim live`) replays the Mooncake conversation trace
    through the pools' published routing tables (hash-bias routing, bounded-load walk), simulates each
    engine pod's queues and prefix cache, and serves vLLM-named metrics per pod to the real Prometheus;
-   stack versions get their own behaviour (a bad one has a slower prefill). With ``--through-router`` the
-   trace goes through the real `tandem router` instead (:mod:`tandem_lab.dev.livefront`, design note 015):
-   streamed completions to the router, which classifies, hashes, walks and drives both legs to engine
-   doubles on the engine pods' own addresses (loopback pod CIDRs), paced by the live model. Not the default
-   yet (issue 17): the example's gates rolled the good version back in 3 of 5 runs before TTFT was compared
-   per uncached prompt token, in 1 of 3 after (the `local-kv-hits` threshold read the 30-second hit ratio's
-   noise as a regression), and in 0 of 2 since that gate is a score test; but `ttft-p95` still fails the good
-   version about once per run on this traffic, one Failure short of a rollback (`failureLimit: 1`);
+   stack versions get their own behaviour (a bad one has a slower prefill). The trace goes through the real
+   `tandem router` (:mod:`tandem_lab.dev.livefront`, design note 015): streamed completions to the router, which
+   classifies, hashes, walks and drives both legs to engine doubles on the engine pods' own addresses (loopback
+   pod CIDRs), paced by the live model. The default since stop 29, when latency gates began to treat pairs as the
+   unit (design note 009): the good version's `ttft-p95` had failed about once per run on this traffic, one
+   Failure short of a rollback (`failureLimit: 1`), because requests sharing a pair's queue were counted as
+   independent. ``--around-router`` keeps the older story: the live model routes the trace itself (no router,
+   no engine doubles);
 3. the operator (`tandem run`, a child process) pointed at that Prometheus;
 4. the reference fleet (a MooncakeCache, the speed, long-context and images pools), sized for a laptop;
 5. the story: pairs come up; load rises and the speed pool scales; a good stack version walks its
@@ -375,11 +375,18 @@ def register(subparsers: Any) -> None:
     demo.add_argument("--fresh", action="store_true", help="start from a new cluster even if one is up")
     demo.add_argument(
         "--through-router",
+        dest="through_router",
         action="store_true",
+        default=True,
         help="send the trace's requests through `tandem router` to engine doubles on the pods' addresses, paced by "
-        "the live model (docs/design/015; not yet the default: a good version still fails ttft-p95 about once per "
-        "run on that traffic, one failure short of a rollback; 2 of 2 runs promoted since the hit-ratio gate is a "
-        "score test, 2 of 3 before it, 2 of 5 before TTFT per uncached token; issue 17)",
+        "the live model (docs/design/015): the default",
+    )
+    demo.add_argument(
+        "--around-router",
+        dest="through_router",
+        action="store_false",
+        help="let the live model route the trace itself, without `tandem router` or engine doubles (the demo before "
+        "the data plane; a little faster)",
     )
     demo.add_argument(
         "--ci",
