@@ -31,8 +31,6 @@ from tandem.enginemetrics import TTFT_BUCKETS
 from tests.fakes import prometheus as fp
 from tests.unit.core.test_gate_statistics import WINDOW, arm, res, tpot_gate
 
-pytestmark = pytest.mark.unit
-
 THREE_CANARY = ((900.0, 297.0), (900.0, 108.0), (900.0, 108.0))  # means 330, 120, 120 ms → 190 ms
 THREE_STABLE = ((900.0, 117.9),) * 3  # 131 ms each
 CANARY_HIST = LatencyHistogram(
