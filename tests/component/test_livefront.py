@@ -163,3 +163,30 @@ async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Pa
         front.stop()
         live.stop()
         await router.stop()
+
+
+async def test_client_errors_are_named_by_their_exception() -> None:
+    """With no router listening every request fails to connect, and the demo's outcome counts say how
+    (``error-ClientConnectorError``), not a bare ``error`` nobody can explain."""
+    _, items = fleet("NixlConnector")
+    live = LiveMetrics(
+        FakeKube(items),  # type: ignore[arg-type]
+        [NS],
+        None,
+        workload=sessions_workload(sessions=20, turns=2),
+        options=LiveOptions(rate=25.0, seed=5, key_blocks=1, capacity_scale=4.0, external_routing=True),
+        params=load_params(),
+        poll_interval_s=0.5,
+    ).start()
+    front = LiveFront(live, f"http://127.0.0.1:{free_port()}", model=MODEL).start()
+    try:
+        for _ in range(300):
+            if sum(front.outcome_counts().values()) >= 10:
+                break
+            await asyncio.sleep(0.1)
+        outcomes = front.outcome_counts()
+        assert sum(outcomes.values()) >= 10, outcomes
+        assert set(outcomes) == {"error-ClientConnectorError"}, outcomes
+    finally:
+        front.stop()
+        live.stop()

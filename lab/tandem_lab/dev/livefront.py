@@ -142,7 +142,9 @@ class LiveFront:
     model: str = "tandem-sim"
     timeout_s: float = 120.0
     outcomes: Counter[str] = field(default_factory=Counter)
-    """Client outcomes: ``ok``, ``http-<status>``, ``broken`` (the stream ended without ``[DONE]``), ``error``."""
+    """Client outcomes: ``ok``, ``http-<status>``, ``broken`` (the stream ended without ``[DONE]``),
+    ``error-<exception>`` (the client's exception class: ``ServerDisconnectedError``, ``TimeoutError``...), or
+    ``cancelled`` (still in flight when the client stopped)."""
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _thread: threading.Thread | None = None
     _doubles: dict[str, EngineDouble] = field(default_factory=dict)
@@ -255,8 +257,11 @@ class LiveFront:
                     async for chunk in resp.content.iter_any():
                         tail = (tail + chunk)[-64:]
                     outcome = "ok" if b"[DONE]" in tail else "broken"
-        except (aiohttp.ClientError, TimeoutError):
-            outcome = "error"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            outcome = f"error-{type(exc).__name__}"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
         finally:
             with self._lock:
                 self.outcomes[outcome] += 1
