@@ -110,21 +110,26 @@ class FakeKube:
         return {"items": self.items}
 
 
+def live_model(items: list[dict[str, Any]], *, sessions: int, turns: int) -> LiveMetrics:
+    """The live model on ``items``, its arrivals left to a LiveFront (25 conversations' turns per second)."""
+    return LiveMetrics(
+        FakeKube(items),  # type: ignore[arg-type]
+        [NS],
+        None,
+        workload=sessions_workload(sessions=sessions, turns=turns),
+        options=LiveOptions(rate=25.0, seed=5, key_blocks=1, capacity_scale=4.0, external_routing=True),
+        params=load_params(),
+        poll_interval_s=0.5,
+    ).start()
+
+
 @pytest.mark.parametrize("connector", ["NixlConnector", "MooncakeConnector", "MoRIIOConnector"])
 async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Path, connector: str) -> None:
     table, items = fleet(connector)
     path = tmp_path / "speed-routing.json"
     path.write_text(table.to_json())
     router = await start_router([FileSource([path], interval_s=3600)], config=RouterConfig(prefill_timeout_s=10))
-    live = LiveMetrics(
-        FakeKube(items),  # type: ignore[arg-type]
-        [NS],
-        None,
-        workload=sessions_workload(sessions=60, turns=4),
-        options=LiveOptions(rate=25.0, seed=5, key_blocks=1, capacity_scale=4.0, external_routing=True),
-        params=load_params(),
-        poll_interval_s=0.5,
-    ).start()
+    live = live_model(items, sessions=60, turns=4)
     front = LiveFront(live, f"http://127.0.0.1:{router.port}", model=MODEL).start()
     try:
         for _ in range(300):
@@ -169,15 +174,7 @@ async def test_client_errors_are_named_by_their_exception() -> None:
     """With no router listening every request fails to connect, and the demo's outcome counts say how
     (``error-ClientConnectorError``), not a bare ``error`` nobody can explain."""
     _, items = fleet("NixlConnector")
-    live = LiveMetrics(
-        FakeKube(items),  # type: ignore[arg-type]
-        [NS],
-        None,
-        workload=sessions_workload(sessions=20, turns=2),
-        options=LiveOptions(rate=25.0, seed=5, key_blocks=1, capacity_scale=4.0, external_routing=True),
-        params=load_params(),
-        poll_interval_s=0.5,
-    ).start()
+    live = live_model(items, sessions=20, turns=2)
     front = LiveFront(live, f"http://127.0.0.1:{free_port()}", model=MODEL).start()
     try:
         for _ in range(300):
