@@ -21,7 +21,9 @@ Rules (α = 1 − ``confidencePercent``/100):
   shift (a big stable arm makes 1 % significant) does not fail. Bucket bounds the revisions do not
   share are merged away (a new vLLM version may change its buckets): the test runs on the common bounds.
   The mean test's variance per arm is at least the variance **between the revision's pairs** (their per-pair
-  ``_sum``/``_count``), when it has two or more: requests sharing a pair's queue are not independent.
+  ``_sum``/``_count``), when it has two or more, and a canary on fewer pairs borrows the spread of stable's:
+  requests sharing a pair's queue are not independent. The mean test then reads Student's t (Welch–Satterthwaite
+  degrees of freedom), and the rank test takes the same design effect (``compare_latency``).
 
 - **Local prefix-hit ratio** (``LocalKVHitRatio``): worse when the canary's token-weighted hit ratio is
   significantly below ``minRatioPercent``/100 × stable's (``core.stats.ratio_below``: a score test whose

@@ -554,8 +554,11 @@ def pair_latencies(
     """One revision's ``(requests, latency sum)`` per pair, or ``()`` when the answers are missing or unusable:
     a failed or stale series, a negative or non-finite value, a pair twice, the two answers naming different
     pairs, or totals more than :data:`PAIR_TOTALS_TOLERANCE` away from the revision's ``_count``/``_sum``.
-    The comparison then keeps the per-request variance alone — the stricter test — so a broken or forged
-    per-pair answer can only make the gate stricter, never hide a regression behind a made-up spread.
+    What the checks guarantee, and what they do not: an answer that does not add up to the revision's totals
+    is never believed. A dropped *stable* answer leaves stable's per-request variance (the stricter test); a
+    dropped *canary* answer counts the canary as one pair, which still borrows the spread of stable's pairs
+    (``core.comparison``), as a one-pair canary does. A spread that does add up to the totals is believed: an
+    exporter that can write consistent per-pair series can widen the test, as it could forge the totals.
 
     Example: ``pair="speed-p1"`` 900 requests / 297 s and ``pair="speed-p2"`` 900 / 108 s against totals
     (1,800, 405) → ``((900, 297), (900, 108))``."""

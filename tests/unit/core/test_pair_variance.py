@@ -194,7 +194,8 @@ def test_pair_answers_are_read_by_pair_label() -> None:
     ],
 )
 def test_unusable_pair_answers_leave_the_per_request_test(counts: fp.Reply, sums: fp.Reply) -> None:
-    """A broken or forged per-pair answer can only leave the stricter per-request test, never widen it."""
+    """A broken per-pair answer, or one off the revision's totals, is dropped (what the comparison then does with a
+    dropped answer: ``core.gates.pair_latencies``)."""
     assert _answers(counts, sums) == ()
 
 
