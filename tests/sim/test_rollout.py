@@ -88,6 +88,60 @@ def test_sample_queries_are_answered_from_the_scrapes() -> None:
     assert rollout.sample_results(store, 60.0, 60.0, "ErrorRate", "r9", errors)[errors.count].series == ()
 
 
+def _paired(canary: list[tuple[int, float]], stable: list[tuple[int, float]]) -> ScrapeStore:
+    """Per pair ``(requests, TPOT)`` in the last 60 s, counted through ``RevisionSeries.add_latency`` as the
+    engine counts them (TTFT 0.1 s; TPOTs inside vLLM's first bucket); stable's pair ``r1-idle`` served one
+    request before the window and none in it."""
+    before = {"r1": RevisionSeries(), "r2": RevisionSeries()}
+    before["r1"].add_latency("r1-idle", 0.1, 0.006)
+    after = {rev: series.copy() for rev, series in before.items()}
+    for rev, pairs in (("r1", stable), ("r2", canary)):
+        for i, (n, tpot) in enumerate(pairs):
+            for _ in range(n):
+                after[rev].add_latency(f"{rev}-p{i}", 0.1, tpot)
+            after[rev].finished += n
+    store = ScrapeStore()
+    for t, revisions in ((0.0, before), (60.0, after)):
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, revisions))
+    return store
+
+
+def test_per_pair_queries_are_answered_from_the_scrapes() -> None:
+    store = _paired(canary=[(40, 0.006)], stable=[(300, 0.004), (400, 0.008)])
+    queries = template_sample_queries("TPOTP90")
+    assert queries.pair_counts is not None and queries.pair_sums is not None
+    answers = rollout.sample_results(store, 60.0, 60.0, "TPOTP90", "r1", queries)
+    counts = {s.labels["pair"]: float(s.value) for s in answers[queries.pair_counts].series}
+    sums = {s.labels["pair"]: float(s.value) for s in answers[queries.pair_sums].series}
+    assert counts == {"r1-p0": 300.0, "r1-p1": 400.0}  # r1-idle served nothing in the window: no series
+    assert sums == pytest.approx({"r1-p0": 1.2, "r1-p1": 3.2})
+    assert sum(counts.values()) == float(answers[queries.count].series[0].value)  # adds up to the totals
+    ttft = template_sample_queries("TTFTP95")
+    assert ttft.pair_counts is not None
+    ttft_counts = rollout.sample_results(store, 60.0, 60.0, "TTFTP95", "r2", ttft)[ttft.pair_counts].series
+    assert [(s.labels["pair"], s.value) for s in ttft_counts] == [("r2-p0", "40.0")]
+
+
+def test_the_simulators_gates_see_the_spread_between_pairs() -> None:
+    """TPOT × 1.3 on the canary's one pair is a Failure against stable pairs that agree, and not against
+    stable pairs as far apart as that (the pairs are the unit, core.comparison), as in the operator."""
+    p = load_params()
+    analysis = rollout.build_pool(p, 4, (1, 1), 1.9, gates="regression").spec.rollout.analysis
+    gate = MetricGate.model_validate({"name": "tpot", "template": "TPOTP90", "compare": {}})
+    got = {}
+    for name, stable in (
+        ("agree", [(350, 0.006), (350, 0.006)]),
+        ("spread", [(350, 0.003), (350, 0.009)]),
+    ):
+        store = _paired(canary=[(40, 0.0078)], stable=stable)
+        (verdict,) = rollout.evaluate_gates(
+            store, 60.0, [gate], analysis, "r2", "r1", rollout.at(-120.0), 15.0, 131_072
+        )
+        assert "pairs 1 vs 2" in verdict.condition, verdict.condition
+        got[name] = verdict.verdict
+    assert got == {"agree": "Failure", "spread": "Success"}
+
+
 @pytest.mark.parametrize(
     ("canary_tpot_s", "want"),
     [

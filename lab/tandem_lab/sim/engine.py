@@ -35,7 +35,6 @@ Must not: read the clock or the environment, or draw randomness outside the stre
 
 from __future__ import annotations
 
-import bisect
 import copy
 import heapq
 import math
@@ -65,8 +64,6 @@ from tandem_lab.sim.config import SimParams
 from tandem_lab.sim.metrics import (
     DECODE,
     PREFILL,
-    TPOT_BUCKETS,
-    TTFT_BUCKETS,
     InstanceGauge,
     Observation,
     RevisionSeries,
@@ -1237,13 +1234,11 @@ class Simulation:
         c["osl_sum"] += req.out
         c["ttft_sum"] += ttft
         c["ttft_count"] += 1
-        series.ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
-        series.ttft_sum += ttft
         if req.out > 1:
             c["tpot_sum"] += tpot
             c["tpot_count"] += 1
-            series.tpot[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
-            series.tpot_sum += tpot
+        # the pair label of the engine pods that served it (a pools-topology decode instance is its own unit)
+        series.add_latency(g.name if g is not None else d.name, ttft, tpot if req.out > 1 else None)
 
     def _fail(self, req: Req, status: int) -> None:
         i = req.i

@@ -111,6 +111,22 @@ class RevisionSeries:
     """``vllm:time_to_first_token_seconds_sum`` (the histogram's ``_count`` is ``ttft.sum()``)."""
     tpot_sum: float = 0.0
     """``vllm:request_time_per_output_token_seconds_sum``."""
+    pairs: dict[str, list[float]] = field(default_factory=dict)
+    """Per pair (the engine pods' ``pair`` label): ``[ttft _count, ttft _sum, tpot _count, tpot _sum]``, what
+    ``sum by (pair)`` of the histograms' ``_count``/``_sum`` reads (the latency gates' pairs, design note 009)."""
+
+    def add_latency(self, pair: str, ttft: float, tpot: float | None) -> None:
+        """Count one finished request's TTFT (and TPOT, when it has one) on the revision and on its pair."""
+        self.ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+        self.ttft_sum += ttft
+        per_pair = self.pairs.setdefault(pair, [0.0, 0.0, 0.0, 0.0])
+        per_pair[0] += 1
+        per_pair[1] += ttft
+        if tpot is not None:
+            self.tpot[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
+            self.tpot_sum += tpot
+            per_pair[2] += 1
+            per_pair[3] += tpot
 
     def copy(self) -> RevisionSeries:
         return RevisionSeries(
@@ -124,6 +140,7 @@ class RevisionSeries:
             self.local_hits,
             self.ttft_sum,
             self.tpot_sum,
+            {pair: values.copy() for pair, values in self.pairs.items()},
         )
 
 

@@ -67,6 +67,7 @@ from tandem.core.gaterun import GatePlan, gate_queries, judge, step_range
 from tandem.core.gates import VERDICT_FAILURE, VERDICT_SUCCESS, SampleWindow
 from tandem.core.plan import canary_share
 from tandem.core.promql import (
+    LABEL_PAIR,
     METRIC_TTFT,
     TEMPLATE_HISTOGRAMS,
     QueryResult,
@@ -79,7 +80,7 @@ from tandem.core.promql import (
 from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
 from tandem_lab.sim.config import SimParams
 from tandem_lab.sim.engine import Revision, SimOptions, SimResult, Simulation
-from tandem_lab.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, ScrapeStore, histogram_quantile
+from tandem_lab.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, RevisionSeries, ScrapeStore, histogram_quantile
 from tandem_lab.sim.policies.base import FleetTarget, unit_shape
 from tandem_lab.sim.profile import FixedFleet
 from tandem_lab.sim.runner import Prepared, gpu_hours, prepare, stream, summarize
@@ -150,6 +151,22 @@ def _le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
+def _pair_result(
+    query: str, cur: RevisionSeries, before: RevisionSeries | None, count_column: int, column: int, now: float
+) -> QueryResult:
+    """``sum by (pair)`` of one histogram's ``_count`` or ``_sum`` increase (``RevisionSeries.pairs`` columns):
+    one series per pair that served a request of the kind in the window (a pair with no increase is left
+    out; ``core.gates`` gives it no weight either way)."""
+    ts = at(now).timestamp()
+    series = []
+    for pair, values in sorted(cur.pairs.items()):
+        old = before.pairs.get(pair, [0.0] * len(values)) if before is not None else [0.0] * len(values)
+        if values[count_column] - old[count_column] <= 0:
+            continue
+        series.append(Series({LABEL_PAIR: pair}, ts, _nan_or(values[column] - old[column])))
+    return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=tuple(series))
+
+
 def sample_results(
     store: ScrapeStore, now: float, window_s: float, template: str, revision: str, queries: SampleQueries
 ) -> dict[str, QueryResult]:
@@ -183,11 +200,10 @@ def sample_results(
             out[queries.uncached] = query_result(queries.uncached, _nan_or(q - h), now)
         if queries.sum is not None:
             out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
-        for per_pair in (queries.pair_counts, queries.pair_sums):
+        first = 0 if ttft else 2  # RevisionSeries.pairs: [ttft _count, ttft _sum, tpot _count, tpot _sum]
+        for per_pair, column in ((queries.pair_counts, first), (queries.pair_sums, first + 1)):
             if per_pair is not None:
-                # The scrapes keep revision totals only: no per-pair answer, so the gate compares with the
-                # per-request variance alone (core.gates.pair_latencies).
-                out[per_pair] = query_result(per_pair, None, now)
+                out[per_pair] = _pair_result(per_pair, cur, before, first, column, now)
         if queries.buckets is not None:
             cumulative = np.cumsum(counts).tolist()
             series = tuple(

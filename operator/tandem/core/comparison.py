@@ -349,8 +349,8 @@ def compare_latency(
         else ""
     )
     spread = (
-        f"; pairs {len(pairs.canary)} vs {len(pairs.stable)}, variance x{d1:.3g} vs x{d2:.3g} between pairs"
-        + (f", t with {df:.3g} df" if math.isfinite(df) else "")
+        f"; pairs {_pair_count(pairs.canary)} vs {_pair_count(pairs.stable)}, "
+        f"variance x{d1:.3g} vs x{d2:.3g} between pairs" + (f", t with {df:.3g} df" if math.isfinite(df) else "")
         if pairs is not None
         else ""
     )

@@ -109,6 +109,15 @@ def test_a_one_pair_canary_borrows_the_spread_of_stables_pairs() -> None:
     assert missing.summary.split("(rank")[1] == borrowed.summary.split("(rank")[1].replace("pairs 1 vs", "pairs 0 vs")
 
 
+def test_a_pair_that_served_nothing_in_the_window_is_not_counted() -> None:
+    """A pair with no requests in the window (just created, or drained) adds nothing to the variance and is not
+    named in the verdict's pair counts either."""
+    with_idle = _judge(PairLatencies(THREE_CANARY, (*THREE_STABLE, (0.0, 0.0))))
+    without = _judge(PairLatencies(THREE_CANARY, THREE_STABLE))
+    assert "pairs 3 vs 3," in with_idle.summary
+    assert with_idle.summary == without.summary
+
+
 def _window(
     rng: random.Random, pairs: int, n: int, mult: float, pair_delay_s: float
 ) -> tuple[LatencyHistogram, tuple[tuple[float, float], ...]]:
