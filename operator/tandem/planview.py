@@ -137,6 +137,7 @@ def run_plan(args: argparse.Namespace) -> int:
                         revision=first.revision,
                         spec=revision_spec(pool.spec),
                         node=first.node,
+                        shape=first.shape,
                     )
                 )
                 print(json.dumps(pod, indent=2))

@@ -114,7 +114,8 @@ def test_prefill_bound_pool_is_reshaped_to_a_new_ratio(
     prometheus: PrometheusServer,
     live_metrics: Exporter,
 ) -> None:
-    """Optional P:D adjustment: TTFT at its target while decode idles → 1P:1D becomes 2P:1D by a rollout."""
+    """Optional P:D adjustment: TTFT at its target while decode idles → 1P:1D becomes 2P:1D, each group replaced
+    surge first on the same revision (no rollout: the stack did not change)."""
     gpu_nodes.add(8)
     operator_factory([ns], extra_args=[f"--prometheus-url={prometheus.url}", "--scrape-interval=1"])
     obj = manifest(gpu_nodes)

@@ -145,6 +145,48 @@ def test_one_prefill_three_decode_pool(crds: Kubectl, ns: str, gpu_nodes: GpuNod
     assert all(len(zones) == 1 for zones in pairs.values()), pairs
 
 
+def test_a_pd_change_keeps_the_revision_and_replaces_groups_surge_first(
+    crds: Kubectl, ns: str, gpu_nodes: GpuNodes, operator_factory: Any
+) -> None:
+    """Issue 18 item 5: 1P:1D → 2P:1D by `kubectl patch` is not a rollout. The revision stays, each group is
+    replaced by a 2P:1D one built first, and Ready pairs never drop below replicas while that happens."""
+    gpu_nodes.add(6, zones=("zone-a", "zone-b"))
+    operator_factory([ns])
+    apply(crds, ns, speed_pool(gpu_nodes, 2))
+    status = wait_ready(crds, ns, "speed", 2)
+    revision = status["revisions"]["stable"]["name"]
+    patch = {"spec": {"pairs": {"prefill": {"instances": 2}}}}
+    crds.run("patch", "inferencepools.tandem.dev", "speed", "-n", ns, "--type=merge", "-p", json.dumps(patch))
+    lowest_ready, canaries = 2, []
+
+    def reshaped() -> bool:
+        nonlocal lowest_ready
+        s = pool_status(crds, ns, "speed")
+        lowest_ready = min(lowest_ready, s.get("pairs", {}).get("ready", 0))
+        canaries.append((s.get("revisions") or {}).get("canary"))
+        items = [p for p in pods(crds, ns, "speed") if not p["metadata"].get("deletionTimestamp")]
+        by_pair = Counter(
+            (p["metadata"]["labels"]["tandem.dev/pair"], p["metadata"]["labels"]["tandem.dev/role"]) for p in items
+        )
+        groups = {pair for pair, _ in by_pair}
+        return (
+            len(groups) == 2
+            and all(by_pair[(g, "prefill")] == 2 and by_pair[(g, "decode")] == 1 for g in groups)
+            and {p["metadata"]["labels"]["tandem.dev/shape"] for p in items} == {"2p1d"}
+            and {p["metadata"]["labels"]["tandem.dev/revision"] for p in items} == {revision}
+            and s.get("pairs", {}).get("ready") == 2
+            and s.get("pairs", {}).get("offShape", 0) == 0
+        )
+
+    wait_until("every group 2P:1D on the same revision", reshaped, timeout_s=240, interval_s=1.0)
+    assert lowest_ready >= 2
+    assert not any(canaries)  # no rollout
+    events = crds.run("get", "events", "-n", ns, "--field-selector", "involvedObject.name=speed").stdout
+    assert "Reshaping" in events
+    table = routing(crds, ns, "speed")
+    assert all(len(p["prefill"]) == 2 and len(p["decode"]) == 1 for p in table["pairs"] if p["state"] == "serving")
+
+
 def test_kubectl_scale_up_and_down_drains_first(
     crds: Kubectl, ns: str, gpu_nodes: GpuNodes, operator_factory: Any
 ) -> None:

@@ -222,6 +222,7 @@ class World:
                 created=self.now,
                 gpus=gpus,
                 built_revision=create.revision,  # the builders record it in the pod's env (TANDEM_REVISION)
+                built_shape=create.shape,  # and the group's shape (TANDEM_PAIR_SHAPE)
                 controller_uid=self.pool.metadata.uid,  # the builders set the pool as controller owner
             )
             self._age[name] = 0

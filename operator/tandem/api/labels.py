@@ -26,6 +26,9 @@ LABEL_PAIR: Final = f"{GROUP}/pair"
 LABEL_ROLE: Final = f"{GROUP}/role"
 LABEL_REVISION: Final = f"{GROUP}/revision"
 LABEL_INSTANCE: Final = f"{GROUP}/instance"
+LABEL_SHAPE: Final = f"{GROUP}/shape"
+"""The pair group's shape on each of its pods (``2p1d``: 2 prefill + 1 decode instances), for people and selectors;
+the planner reads the immutable ``TANDEM_PAIR_SHAPE`` env (``core.observed``), not the label."""
 LABEL_COMPONENT: Final = f"{GROUP}/component"
 LABEL_CACHE: Final = f"{GROUP}/cache"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
@@ -73,6 +76,27 @@ def _checked(name: str) -> str:
 def pair_id(pool: str, index: int) -> str:
     """Stable id of pair ``index`` of ``pool`` (label value and routing-table id)."""
     return _checked(f"{pool}-p{index}")
+
+
+MAX_INSTANCES_PER_ROLE: Final = 16
+"""The API's bound on ``pairs.{prefill,decode}.instances``."""
+
+
+def shape_text(shape: tuple[int, int]) -> str:
+    """A pair group's shape as its label and env write it: ``(2, 1)`` → ``2p1d``."""
+    return f"{shape[0]}p{shape[1]}d"
+
+
+def parse_shape(text: str | None) -> tuple[int, int] | None:
+    """``2p1d`` → ``(2, 1)``; None for anything else, or counts outside the API's 1..16 (a pod with a forged or
+    garbled value has no shape of its own: its group falls back to its revision's)."""
+    if not text or not text.endswith("d") or text.count("p") != 1:
+        return None
+    prefill, decode = text[:-1].split("p")
+    if not (prefill.isdigit() and decode.isdigit()):
+        return None
+    shape = int(prefill), int(decode)
+    return shape if all(1 <= n <= MAX_INSTANCES_PER_ROLE for n in shape) else None
 
 
 def pod_name(pool: str, index: int, role: Role, instance: int) -> str:

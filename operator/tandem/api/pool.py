@@ -280,7 +280,9 @@ class RoleShape(ApiModel):
     }
 
     instances: Annotated[int, Field(ge=1, le=16)] = 1
-    """Instances of this role per pair group (the x or y of xPyD). To run no pairs set pairs.replicas to 0."""
+    """Instances of this role per pair group (the x or y of xPyD). To run no pairs set pairs.replicas to 0.
+    Changing only this keeps the revision: new groups take the new shape, and existing ones are replaced one at a
+    time, surge first, when free GPUs allow (status.pairs.offShape counts those left)."""
     gpus_per_instance: Annotated[
         int,
         Field(

@@ -35,6 +35,9 @@ class PairCounts(ApiModel):
     """Pair groups marked draining: no new requests, deleted after in-flight streams end."""
     pending: Count = 0
     """Instances waiting for GPUs (Pending pods)."""
+    off_shape: Count = 0
+    """Live pair groups of the stable revision built with another P:D than spec.pairs (they keep their shape
+    after a P:D change and are replaced one at a time, surge first, while nothing else moves)."""
     summary: Annotated[str, Field(max_length=32)] = "0/0"
     """Ready/desired, as printed by `kubectl get tpool`."""
 
@@ -43,7 +46,8 @@ class RevisionStatus(ApiModel):
     """One stack revision present in the pool."""
 
     name: Name63
-    """Revision id: a short hash of spec.stack (and the pair shape), used in the `tandem.dev/revision` label."""
+    """Revision id: a short hash of spec.stack (and the pair shape it was first built with; a later P:D change
+    alone keeps the revision), used in the `tandem.dev/revision` label."""
     version: Name63
     """spec.stack.version of this revision."""
     image: Annotated[str, Field(max_length=512)] = ""

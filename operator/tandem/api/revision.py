@@ -100,3 +100,30 @@ def revision_id(rev: RevisionSpec) -> str:
     payload = rev.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude_none=True, exclude=NOT_IN_POD)
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return digest[:REVISION_ID_LENGTH]
+
+
+def pair_shape(rev: RevisionSpec) -> tuple[int, int]:
+    """The (prefill, decode) instances per pair group the revision was first built with."""
+    return rev.prefill.instances, rev.decode.instances
+
+
+def same_stack(a: RevisionSpec, b: RevisionSpec) -> bool:
+    """Whether two revisions differ at most in their pair shape (instances per role).
+
+    Why: a P:D change alone is not a new stack version. The planner keeps the revision that is running when
+    the live spec differs from it only in shape, and new pair groups take the new shape as the fleet cycles
+    (design note 012 §5), instead of rolling every group through canary steps. Revision ids still hash the
+    shape (ids of existing pools do not change), so this comparison is where the shape is set aside.
+
+    Example: 1P:1D → 2P:1D with the same image and flags → True; a new image → False."""
+
+    def unshaped(rev: RevisionSpec) -> str:
+        flat = rev.model_copy(
+            update={
+                "prefill": rev.prefill.model_copy(update={"instances": 1}),
+                "decode": rev.decode.model_copy(update={"instances": 1}),
+            }
+        )
+        return revision_id(flat)
+
+    return unshaped(a) == unshaped(b)

@@ -43,11 +43,13 @@ from tandem.api.labels import (
     LABEL_PAIR,
     LABEL_REVISION,
     LABEL_ROLE,
+    LABEL_SHAPE,
     LABEL_VERSION,
     Role,
     cache_client_configmap_name,
     pair_id,
     pod_name,
+    shape_text,
 )
 from tandem.api.quantity import parse_quantity
 from tandem.api.revision import RevisionSpec
@@ -108,6 +110,13 @@ class InstanceParams:
     cache_name: str | None = None
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     """The pool's ``spec.pairs.drainTimeout`` when the pod is built (sets its termination grace)."""
+    shape: tuple[int, int] | None = None
+    """The pair group's (prefill, decode) instances; None: the revision's. A group keeps the shape it was built
+    with when the pool's P:D changes (design note 012 §5), so it is not always the revision's."""
+
+    @property
+    def group_shape(self) -> tuple[int, int]:
+        return self.shape or (self.spec.prefill.instances, self.spec.decode.instances)
 
 
 def termination_grace_s(drain_timeout_s: float) -> int:
@@ -227,10 +236,13 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str, revision: str = "") -> list[dict[str, Any]]:
+def engine_env(
+    spec: RevisionSpec, role: Role, pool: str, pair: str, revision: str = "", shape: tuple[int, int] | None = None
+) -> list[dict[str, Any]]:
     """The engine's environment. ``TANDEM_REVISION`` is the pod's revision where nobody can edit it (a
     container's env is immutable, labels are not): the planner trusts it over the label and restores
-    a label a foreign writer changed, instead of seeing a pair that mixes revisions."""
+    a label a foreign writer changed, instead of seeing a pair that mixes revisions. ``TANDEM_PAIR_SHAPE`` is
+    the group's shape, immutable for the same reason: a group's expected instances come from it."""
     seed = spec.cache.python_hash_seed if spec.cache is not None else 0
     env: list[dict[str, Any]] = [
         {"name": "PYTHONHASHSEED", "value": str(seed)},
@@ -239,6 +251,7 @@ def engine_env(spec: RevisionSpec, role: Role, pool: str, pair: str, revision: s
         {"name": "TANDEM_PAIR", "value": pair},
         {"name": "TANDEM_ROLE", "value": role},
         *([{"name": "TANDEM_REVISION", "value": revision}] if revision else []),
+        *([{"name": "TANDEM_PAIR_SHAPE", "value": shape_text(shape)}] if shape else []),
         {"name": "HF_HOME", "value": MODEL_CACHE_DIR},
         *SCRATCH_ENV,
     ]
@@ -317,6 +330,7 @@ def instance_labels(params: InstanceParams) -> dict[str, str]:
             LABEL_ROLE: params.role,
             LABEL_INSTANCE: str(params.instance),
             LABEL_REVISION: params.revision,
+            LABEL_SHAPE: shape_text(params.group_shape),
             LABEL_COMPONENT: COMPONENT_ENGINE,
             LABEL_NAME: "tandem-engine",
             LABEL_VERSION: params.spec.stack.version,
@@ -369,7 +383,9 @@ def build_instance_pod(params: InstanceParams) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["vllm", "serve"],
         "args": engine_args(spec, params.role, model_arg),
-        "env": engine_env(spec, params.role, params.pool, pair_id(params.pool, params.pair), params.revision),
+        "env": engine_env(
+            spec, params.role, params.pool, pair_id(params.pool, params.pair), params.revision, params.group_shape
+        ),
         "ports": ports,
         "resources": _resources(spec, params.role),
         "volumeMounts": mounts,

@@ -133,9 +133,10 @@ def next_moves(targets: Mapping[str, int], counts: Mapping[str, RevisionCounts],
     return Moves(tuple(delete_unready), tuple(wanted), room, tuple(drain_ready))
 
 
-def highest_first(items: Iterable[T], n: int, index: Callable[[T], int]) -> list[T]:
-    """The ``n`` items with the highest ``index`` (the pairs a move takes: the newest indexes go first)."""
-    return sorted(items, key=lambda item: -index(item))[: max(0, n)]
+def highest_first(items: Iterable[T], n: int, index: Callable[[T], int | tuple[bool, int]]) -> list[T]:
+    """The ``n`` items with the highest ``index`` (the pairs a move takes: the newest indexes go first; the planner's
+    key puts groups off the pool's P:D first, ``tandem.core.reshape.drain_order``)."""
+    return sorted(items, key=index, reverse=True)[: max(0, n)]
 
 
 __all__ = ["Bounds", "Moves", "creation_order", "highest_first", "next_moves"]

@@ -23,6 +23,7 @@ from tandem.api.labels import (
     LABEL_ROLE,
     ROLES,
     Role,
+    parse_shape,
 )
 from tandem.api.pool_status import GateVerdict
 from tandem.api.quantity import parse_quantity
@@ -66,6 +67,9 @@ class ObservedPod:
     affinity_nodes: tuple[str, ...] = ()
     built_revision: str | None = None
     """The revision the pod was built from (its immutable ``TANDEM_REVISION`` env); None on older pods."""
+    built_shape: tuple[int, int] | None = None
+    """The shape of the pair group the pod was built for (its immutable ``TANDEM_PAIR_SHAPE`` env, e.g. ``2p1d``);
+    None on older pods and on a value outside the API's bounds."""
     controller_uid: str | None = None
     """uid in the pod's controller owner reference (None without one): only the pool's uid makes it the pool's."""
     scheduled_at: datetime | None = None
@@ -239,6 +243,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = "amd.com/gpu") -> Obse
         resource_version=meta.get("resourceVersion", ""),
         affinity_nodes=_affinity_nodes(obj),
         built_revision=_env_value(obj, "TANDEM_REVISION"),
+        built_shape=parse_shape(_env_value(obj, "TANDEM_PAIR_SHAPE")),
         controller_uid=_controller_uid(meta),
         scheduled_at=_true_since(scheduled),
         ready_at=_true_since(ready),

@@ -37,6 +37,12 @@ class PairView:
         return pair_id(self.pool, self.index)
 
     @property
+    def counts(self) -> tuple[int, int]:
+        """(prefill, decode) instances the group is built with."""
+        by_role = dict(self.shape)
+        return by_role.get("prefill", 1), by_role.get("decode", 1)
+
+    @property
     def expected(self) -> tuple[tuple[Role, int], ...]:
         """(role, instance) slots this pair must fill."""
         return tuple((role, i) for role, count in self.shape for i in range(count))
@@ -89,8 +95,17 @@ class PairView:
 
 
 def shape_of(rev: RevisionSpec | None, pods: Iterable[ObservedPod]) -> tuple[tuple[Role, int], ...]:
-    """Expected instances per role; without a (trusted) revision snapshot, what the pods themselves show, and
-    at least one of each role (the API's minimum): a pair that lost all its prefill pods is never complete."""
+    """Expected instances per role: the shape the group was built with (its pods' immutable ``TANDEM_PAIR_SHAPE``,
+    when every pod that records one agrees), else its revision snapshot's, else what the pods themselves show,
+    and at least one of each role (the API's minimum): a pair that lost all its prefill pods is never complete.
+
+    Why the group's own shape first: the pool's P:D is not part of its revision (design note 012 §5), so groups
+    built before a P:D change keep their shape until they cycle; their revision snapshot may name another."""
+    pods = tuple(pods)
+    built = {p.built_shape for p in pods if p.built_shape is not None and not p.deleting}
+    if len(built) == 1:
+        prefill, decode = next(iter(built))
+        return (("prefill", prefill), ("decode", decode))
     if rev is not None:
         return (("prefill", rev.prefill.instances), ("decode", rev.decode.instances))
     seen: dict[Role, int] = {}

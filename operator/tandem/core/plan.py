@@ -6,17 +6,20 @@ always gives the same plan, and a plan on a converged snapshot has no actions an
 status, so a quiet pass makes zero API writes.
 
 The rules, in order:
-1. Revisions: the desired revision is the hash of the pod-shaping spec; the stable one comes from
-   status (or, with no status, from the pods already there). `tandem.core.rollout` turns them into
-   per-revision pair targets and a canary traffic share.
+1. Revisions: the desired revision is the hash of the pod-shaping spec, except that a spec differing
+   from the running revision only in P:D keeps the running one (`tandem.core.reshape`); the stable one
+   comes from status (or, with no status, from the pods already there). `tandem.core.rollout` turns them
+   into per-revision pair targets and a canary traffic share; groups off the pool's P:D add one surge
+   group at a time while nothing else moves.
 2. Finished drains are deleted (drain started + `drainTimeout` passed).
-3. Broken pairs: missing instances are recreated on their partner's node (same revision); a pair that
-   stayed incomplete longer than `orphanTimeout`, or mixes revisions, is deleted whole (it carries no
-   traffic, so there is nothing to drain).
+3. Broken pairs: missing instances are recreated on their partner's node (same revision, the group's own
+   shape); a pair that stayed incomplete longer than `orphanTimeout`, or mixes revisions, is deleted whole
+   (it carries no traffic, so there is nothing to drain).
 4. Per revision, toward its target, **capacity first**: new pairs are created while live pairs stay
    within `replicas + maxSurge`; pairs that cannot be placed are created only up to `maxSurge`
    (Pending, so a cluster autoscaler can react) and `InsufficientGPU` is reported; excess pairs are
-   removed not-Ready first (deleted at once) then Ready (marked draining, highest index first), and a
+   removed not-Ready first (deleted at once) then Ready (marked draining, groups off the pool's P:D first,
+   then highest index first), and a
    Ready pair is drained only while the Ready pairs left stay ≥ `replicas − maxUnavailable` (INV-1).
    How many of each is `tandem.core.converge.next_moves` (the simulator runs it too); this module picks
    the pairs (by index) and the nodes (`tandem.core.placement`).
@@ -61,7 +64,7 @@ from tandem.api.pool_status import (
     RoutingTableStatus,
 )
 from tandem.api.quantity import parse_duration
-from tandem.api.revision import RevisionSpec, revision_id, revision_spec
+from tandem.api.revision import RevisionSpec, revision_id, revision_spec, same_stack
 from tandem.core import conditions as c
 from tandem.core.analysisplan import analysis_request, eval_verdict, fold_analysis, update_scorecard
 from tandem.core.autoscale import (
@@ -91,7 +94,8 @@ from tandem.core.loadtime import measure_load_seconds
 from tandem.core.observed import ObservedPod, Snapshot, parse_time
 from tandem.core.pairs import PairView, cancel_unneeded_drains, group_pairs
 from tandem.core.placement import NodePool, build_node_pool, domain_of, place_instance, place_pair
-from tandem.core.reasons import REASON_PAIRS_CREATED, REASON_PAIRS_DRAINING
+from tandem.core.reasons import REASON_PAIRS_CREATED, REASON_PAIRS_DRAINING, REASON_RESHAPING
+from tandem.core.reshape import ReshapeDecision, drain_order, off_shape, reshape_surge
 from tandem.core.rollout import (
     EVENT_NORMAL,
     EVENT_WARNING,
@@ -134,6 +138,12 @@ class CreatePod:
     instance: int
     revision: str
     node: str | None
+    shape: tuple[int, int] | None = None
+    """The pair group's (prefill, decode) instances, written into the pod (None: the revision's)."""
+
+
+TableRow = tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, tuple[int, int]]
+"""One pair of the routing table: (index, revision, state, pods, draining since, (prefill, decode) instances)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,7 @@ class Plan:
     eval_job: EvalJobRequest | None = None
     scale_to: int | None = None
     reshape_to: tuple[int, int] | None = None
-    """New (prefill, decode) instances per pair group (written to spec.pairs: a new revision)."""
+    """New (prefill, decode) instances per pair group (written to spec.pairs; groups take it as they cycle)."""
     autoscale_state: AutoscaleState | None = None
     ratio_state: RatioState | None = None
     relabels: tuple[RelabelPod, ...] = ()
@@ -239,6 +249,11 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         snapshot, pods=owned, other_pods=(*snapshot.other_pods, *foreign), revisions=dict(vetted.trusted)
     )
     revisions = dict(vetted.trusted)
+    # 1a. a P:D change alone is not a new revision: the running one stays desired and new groups take the new
+    # shape (tandem.core.reshape). Only a snapshot that passed vetting can stand in for the live spec.
+    running = _same_stack_running(revisions, old_status, desired, desired_spec)
+    if running is not None:
+        desired, desired_spec = running, revisions[running]
     revisions[desired] = desired_spec
     pairs = group_pairs(name, snapshot.pods, revisions, snapshot.routing)
     published = snapshot.routing.fingerprint() if snapshot.routing is not None else None
@@ -284,6 +299,10 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         decision = plan_rollout(replace(inputs, counts=_revision_counts(pairs)))
     events = list(decision.events)
     targets = dict(decision.targets)
+    # 1d. groups off the pool's P:D: one more stable group while one is replaced, surge first
+    reshape = _reshape(snapshot, pairs, decision, targets, desired_spec)
+    if reshape.extra:
+        targets[decision.stable] = targets.get(decision.stable, 0) + reshape.extra
 
     # 2.-4. pair actions
     actions = _PairActions(snapshot, pairs, revisions, targets, now)
@@ -292,6 +311,15 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     actions.repair()
     actions.converge()
     events.extend(actions.events)
+    if reshape.extra and actions.new_pairs:
+        events.append(
+            Event(
+                EVENT_NORMAL,
+                REASON_RESHAPING,
+                f"replacing a pair group built as {_shape_name(_off_counts(pairs, decision.stable, actions))} with "
+                f"one of {_shape_name(actions.target_shape)}, surge first ({reshape.off_shape} off the pool's P:D)",
+            )
+        )
 
     # 5. routing table
     table = build_table(snapshot, actions.final_pairs(), decision, now)
@@ -359,7 +387,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             if scaled.changed or scaled.warning:
                 events.append(Event(EVENT_WARNING if scaled.warning else EVENT_NORMAL, scaled.reason, scaled.message))
         requeue = min(requeue, max(1.0, scaled.requeue_after_s))
-        # 8b. optional P:D adjustment: a new pair shape is a new revision, rolled out like any other
+        # 8b. optional P:D adjustment: the new shape is written to spec.pairs; it is not a new revision, so the
+        # groups take it as they cycle, one surge replacement at a time (step 1d), and no new ratio is chosen
+        # while groups are still off the last one
         shape = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
         ratio, ratio_state = compute_role_ratio(
             spec.autoscaling,
@@ -367,7 +397,9 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             snapshot.scaling_metrics,
             snapshot.ratio_state or RatioState(),
             now.timestamp(),
-            hold=decision.status.phase in ("Progressing", "Paused", "RollingBack") or bool(actions.creates),
+            hold=decision.status.phase in ("Progressing", "Paused", "RollingBack")
+            or bool(actions.creates)
+            or reshape.off_shape > 0,
         )
         if ratio.changed:
             reshape_to = ratio.shape
@@ -405,6 +437,52 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             if pod.pool == name and pod.label_drift and pod.built_revision and not pod.deleting
         ),
     )
+
+
+def _same_stack_running(
+    trusted: dict[str, RevisionSpec], status: InferencePoolStatus, desired: str, desired_spec: RevisionSpec
+) -> str | None:
+    """The running revision (the rollout's canary, else stable, from status) that the live spec differs from
+    only in pair shape (``tandem.api.revision.same_stack``), when the live spec's own id is neither; else None."""
+    running = [r.name for r in (status.revisions.canary, status.revisions.stable) if r is not None]
+    if desired in running:
+        return None
+    for name in running:
+        spec = trusted.get(name)
+        if spec is not None and same_stack(spec, desired_spec):
+            return name
+    return None
+
+
+def _reshape(
+    snapshot: Snapshot,
+    pairs: list[PairView],
+    decision: RolloutDecision,
+    targets: dict[str, int],
+    desired_spec: RevisionSpec,
+) -> ReshapeDecision:
+    """``tandem.core.reshape.reshape_surge`` for the stable revision, steady only when no canary or other revision
+    has pairs or targets (a rollout replaces groups on its own, in the target shape)."""
+    spec = snapshot.pool.spec
+    stable = decision.stable
+    target = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+    others = any(n > 0 for r, n in targets.items() if r != stable) or any(
+        p.live and p.revision != stable for p in pairs
+    )
+    steady = (decision.canary in (None, stable)) and not others and targets.get(stable, 0) == spec.pairs.replicas
+    live = sum(1 for p in pairs if p.live and p.revision == stable)
+    room = _surge_room(snapshot, desired_spec, 0, live) if steady else 0
+    return reshape_surge(pairs, revision=stable, target=target, replicas=spec.pairs.replicas, steady=steady, room=room)
+
+
+def _off_counts(pairs: list[PairView], stable: str, actions: _PairActions) -> tuple[int, int]:
+    """The shape of the off-target group the replacement is for (the one the next scale-down drains)."""
+    off = [p for p in pairs if p.live and p.revision == stable and p.counts != actions.target_shape]
+    return max(off, key=actions._drain_order).counts if off else actions.target_shape
+
+
+def _shape_name(shape: tuple[int, int]) -> str:
+    return f"{shape[0]}P:{shape[1]}D"
 
 
 def _measured_load(status: InferencePoolStatus) -> float | None:
@@ -495,9 +573,7 @@ def _surge_room(snapshot: Snapshot, desired: RevisionSpec, placed_canary: int, l
     room already taken: a Pending one holds no GPUs, and counting it would flip a pool without room back to
     surge and cancel the stable drain that capacity-first needs."""
     spec = snapshot.pool.spec
-    gpus = [desired.prefill.gpus_per_instance] * desired.prefill.instances + [
-        desired.decode.gpus_per_instance
-    ] * desired.decode.instances
+    gpus = group_gpus(desired, (spec.pairs.prefill.instances, spec.pairs.decode.instances))
     ledger = build_node_pool(snapshot.nodes, [*snapshot.pods, *snapshot.other_pods], desired.placement)
     free = 0
     while free <= spec.rollout.max_surge and place_pair(ledger, gpus, desired.placement) is not None:
@@ -523,8 +599,9 @@ def _revision_counts(pairs: list[PairView]) -> dict[str, RevisionCounts]:
     return counts
 
 
-def _index(pair: PairView) -> int:
-    return pair.index
+def group_gpus(rev: RevisionSpec, shape: tuple[int, int]) -> list[int]:
+    """GPUs of each pod of a group of ``shape`` built from ``rev`` (prefill pods first)."""
+    return [rev.prefill.gpus_per_instance] * shape[0] + [rev.decode.gpus_per_instance] * shape[1]
 
 
 def _eval_job_needed(snapshot: Snapshot, desired: str, decision: RolloutDecision) -> EvalJobRequest | None:
@@ -591,6 +668,8 @@ class _PairActions:
         self.revisions = revisions
         self.targets = targets
         self.now = now
+        self.target_shape = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+        """New groups of any revision are built in the pool's P:D (``tandem.core.reshape``)."""
         self.creates: list[CreatePod] = []
         self.deletes: list[DeletePod] = []
         self.events: list[Event] = []
@@ -680,7 +759,7 @@ class _PairActions:
                 if node is None and partners:
                     self.insufficient_gpu += 1
                     continue
-                self.creates.append(CreatePod(pair.index, role, instance, pair.revision, node))
+                self.creates.append(CreatePod(pair.index, role, instance, pair.revision, node, pair.counts))
                 self.recreated.add(pair.id)
 
     def _stuck_since(self, pair: PairView) -> datetime | None:
@@ -704,7 +783,7 @@ class _PairActions:
         moves = next_moves(self.targets, _revision_counts(list(live.values())), self.bounds)
         # 4a. excess not-Ready pairs go first: they carry no traffic.
         for rev, n in moves.delete_unready:
-            for pair in highest_first((p for p in by_rev[rev] if not p.ready), n, _index):
+            for pair in highest_first((p for p in by_rev[rev] if not p.ready), n, self._drain_order):
                 self._delete_pair(pair, "scale down (not ready)")
                 live.pop(pair.index, None)
         # 4b. create toward the targets, within replicas + maxSurge live pairs; a create placement refuses
@@ -718,9 +797,7 @@ class _PairActions:
                 if spec is None:
                     self.missing_snapshot.add(rev)
                     break
-                gpus = [spec.prefill.gpus_per_instance] * spec.prefill.instances + [
-                    spec.decode.gpus_per_instance
-                ] * spec.decode.instances
+                gpus = group_gpus(spec, self.target_shape)
                 nodes = place_pair(self.ledger, gpus, spec.placement)
                 if nodes is None and self._draining_gpus() >= sum(gpus):
                     # GPUs come back when current drains finish: wait for them instead of queueing Pending
@@ -737,11 +814,12 @@ class _PairActions:
                 else:
                     nodes_opt = list(nodes)
                 index = self._free_index()
-                slots = [("prefill", i) for i in range(spec.prefill.instances)] + [
-                    ("decode", i) for i in range(spec.decode.instances)
-                ]
+                prefill, decode = self.target_shape
+                slots = [("prefill", i) for i in range(prefill)] + [("decode", i) for i in range(decode)]
                 for (role, i), node in zip(slots, nodes_opt, strict=True):
-                    self.creates.append(CreatePod(index, role, i, rev, node))  # type: ignore[arg-type]
+                    self.creates.append(
+                        CreatePod(index, role, i, rev, node, self.target_shape)  # type: ignore[arg-type]
+                    )
                 self.new_pairs[index] = rev
                 made += 1
                 room -= 1
@@ -754,7 +832,7 @@ class _PairActions:
         # 4c. excess Ready pairs drain, highest index first, never below the floor.
         drained = 0
         for rev, n in moves.drain_ready:
-            for pair in highest_first((p for p in by_rev[rev] if p.index in live and p.ready), n, _index):
+            for pair in highest_first((p for p in by_rev[rev] if p.index in live and p.ready), n, self._drain_order):
                 self.new_drains[pair.index] = self.now
                 self.next_wake.append(self.drain_timeout)
                 drained += 1
@@ -776,13 +854,14 @@ class _PairActions:
         ledger = NodePool(
             self.ledger.resource, dict(self.ledger.free), self.ledger.nodes, Counter(self.ledger.pairs_per_domain)
         )
-        gpus = [rev.prefill.gpus_per_instance] * rev.prefill.instances + [
-            rev.decode.gpus_per_instance
-        ] * rev.decode.instances
+        gpus = group_gpus(rev, self.target_shape)
         extra = 0
         while extra < 1024 and place_pair(ledger, gpus, rev.placement) is not None:
             extra += 1
         return live + extra
+
+    def _drain_order(self, pair: PairView) -> tuple[bool, int]:
+        return drain_order(pair, self.target_shape)
 
     def _draining_gpus(self) -> int:
         return sum(
@@ -807,8 +886,8 @@ class _PairActions:
                 self.deletes.append(DeletePod(pod.name, pod.uid, reason))
 
     # -- outputs
-    def final_pairs(self) -> list[tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, bool]]:
-        """(index, revision, state, pods, draining_since, complete) of every pair the table lists."""
+    def final_pairs(self) -> list[TableRow]:
+        """(index, revision, state, pods, draining_since, shape) of every pair the table lists."""
         rows = []
         for pair in self.pairs:
             since = pair.draining_since or self.new_drains.get(pair.index)
@@ -820,9 +899,9 @@ class _PairActions:
                 state = PairState.SERVING.value
             else:
                 state = PairState.WARMING.value
-            rows.append((pair.index, pair.revision, state, pair.pods, since, pair.complete))
+            rows.append((pair.index, pair.revision, state, pair.pods, since, pair.counts))
         for index, rev in sorted(self.new_pairs.items()):
-            rows.append((index, rev, PairState.WARMING.value, (), None, False))
+            rows.append((index, rev, PairState.WARMING.value, (), None, self.target_shape))
         return sorted(rows, key=lambda r: r[0])
 
     def requeue_after(self, decision: RolloutDecision) -> float:
@@ -878,7 +957,7 @@ def _kv_transfer(rev_spec: RevisionSpec) -> KvTransfer:
 
 def build_table(
     snapshot: Snapshot,
-    rows: list[tuple[int, str, str, tuple[ObservedPod, ...], datetime | None, bool]],
+    rows: list[TableRow],
     decision: RolloutDecision,
     now: datetime,
 ) -> RoutingTable:
@@ -887,8 +966,7 @@ def build_table(
     pool = snapshot.pool.metadata.name
     previous = {p.index: p for p in snapshot.routing.pairs} if snapshot.routing else {}
     pairs: list[Pair] = []
-    for index, rev, state, pods, since, _complete in rows:
-        shape = _shape(snapshot, rev, pods)
+    for index, rev, state, pods, since, shape in rows:
         rev_spec = _revision(snapshot, rev)
         known = previous.get(index)
         kv_transfer = (
@@ -981,19 +1059,6 @@ def _revision(snapshot: Snapshot, rev: str) -> RevisionSpec | None:
         if revision_id(current) == rev:
             spec = current
     return spec
-
-
-def _shape(snapshot: Snapshot, rev: str, pods: tuple[ObservedPod, ...]) -> tuple[int, int]:
-    spec = _revision(snapshot, rev)
-    if spec is not None:
-        return spec.prefill.instances, spec.decode.instances
-    prefill = (
-        max((p.instance or 0) + 1 for p in pods if p.role == "prefill") if any(p.role == "prefill" for p in pods) else 1
-    )
-    decode = (
-        max((p.instance or 0) + 1 for p in pods if p.role == "decode") if any(p.role == "decode" for p in pods) else 1
-    )
-    return prefill, decode
 
 
 def summarize(
@@ -1196,6 +1261,11 @@ def summarize(
                 updated=updated,
                 draining=len(draining),
                 pending=pending_pods,
+                off_shape=off_shape(
+                    [p for p in actions.pairs if p.index not in actions.deleted_pairs | actions.new_drains.keys()],
+                    decision.stable,
+                    actions.target_shape,
+                ),
                 summary=f"{len(ready)}/{replicas}",
             ),
             "revisions": RevisionsStatus(stable=rev_status(decision.stable), canary=rev_status(decision.canary)),

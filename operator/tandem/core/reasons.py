@@ -35,6 +35,8 @@ REASON_GATE_FAILED: Final = "GateFailed"
 
 # Pairs (tandem.core.plan).
 REASON_PAIRS_CREATED: Final = "PairsCreated"
+REASON_RESHAPING: Final = "Reshaping"
+"""A pair group off the pool's P:D is being replaced, surge first (``tandem.core.reshape``)."""
 REASON_PAIRS_DRAINING: Final = "PairsDraining"
 
 # Mooncake cache (tandem.core.mooncake).

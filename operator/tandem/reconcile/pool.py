@@ -398,6 +398,7 @@ async def act(kube: KubeApi, snapshot: Snapshot, raw: dict[str, Any], plan: Plan
                 revision=create.revision,
                 spec=spec,
                 node=create.node,
+                shape=create.shape,
                 cache_name=cache_name,
                 drain_timeout_s=parse_duration(pool.spec.pairs.drain_timeout),
             )

@@ -1,0 +1,92 @@
+"""A P:D change without rolling every pair group: groups change shape as the fleet cycles, surge first.
+
+What it owns: the decisions of design note 012 §5 ("shape as groups cycle") that the pool planner applies.
+The pool's P:D (``spec.pairs.{prefill,decode}.instances``) is the *target shape*, not part of the revision
+(``tandem.api.revision.same_stack``). Each group keeps the shape it was built with (its pods'
+``TANDEM_PAIR_SHAPE``), and:
+
+- a new group (scale-up, a replacement, a canary) is built in the target shape;
+- a scale-down drains off-target groups first (:func:`drain_order`);
+- while nothing else moves (no rollout, no drain, every live group Ready) and one more target-shaped group fits
+  beside them (free GPUs, ``maxSurge``, ``gpuBudget``), one off-target group is replaced *surge first*
+  (:func:`reshape_surge`): the planner asks for one more group of the stable revision, and once it is Ready the
+  usual scale-down drains an off-target one. Capacity never drops, no canary analysis runs (the stack did not
+  change), and only off-target groups reload.
+
+Why not add or remove instances inside a group: a 1P:1D group fills one 8-GPU node, so an added instance
+would land on another node and send P→D over the NIC (the pair invariant is one node, one revision). Why not
+replace all at once: a group reload is minutes of a node's capacity; one at a time keeps the fleet serving.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tandem.core.pairs import PairView
+
+
+@dataclass(frozen=True)
+class ReshapeDecision:
+    """One pass's answer: extra groups to ask for (0 or 1) and the off-target groups left."""
+
+    extra: int
+    off_shape: int
+    reason: str
+
+
+def off_shape(pairs: Sequence[PairView], revision: str, target: tuple[int, int]) -> int:
+    """Live groups of ``revision`` built in another shape than ``target``."""
+    return sum(1 for p in pairs if p.live and p.revision == revision and p.counts != target)
+
+
+def reshape_surge(
+    pairs: Sequence[PairView],
+    *,
+    revision: str,
+    target: tuple[int, int],
+    replicas: int,
+    steady: bool,
+    room: int,
+) -> ReshapeDecision:
+    """Whether to ask for one more group of ``revision`` (the stable one) to replace an off-target group.
+
+    ``steady``: no rollout or rollback is moving and this pass creates and drains nothing else. ``room``: the
+    target-shaped groups that fit beside the current ones now (free GPUs, ``maxSurge``, ``gpuBudget``).
+
+    - Nothing off target, or not steady: 0.
+    - A draining group of the pool: 0 (the previous replacement is still finishing: one group at a time).
+    - ``replicas`` live groups, all Ready, room for one more: 1 (create the replacement).
+    - ``replicas + 1`` live with a target-shaped group not Ready yet: 1 (keep it while it loads).
+    - Otherwise 0: with ``replicas + 1`` Ready the usual scale-down drains one, off-target first
+      (:func:`drain_order`).
+
+    Example: 4 Ready 1P:1D groups, target 2P:1D, room 1 → extra 1; a pass later 5 live, the new 2P:1D one
+    loading → 1; when it is Ready → 0 and one 1P:1D group drains; after the drain the next one starts."""
+    live = [p for p in pairs if p.live and p.revision == revision]
+    off = sum(1 for p in live if p.counts != target)
+    if off == 0:
+        return ReshapeDecision(0, 0, "")
+    if not steady:
+        return ReshapeDecision(0, off, "waiting for the rollout or scaling in progress")
+    if any(p.draining for p in pairs):
+        return ReshapeDecision(0, off, "waiting for a draining group")
+    loading = [p for p in live if p.counts == target and not p.ready]
+    if len(live) == replicas + 1 and loading:
+        return ReshapeDecision(1, off, "a replacement group is loading")
+    if len(live) == replicas and all(p.ready for p in live):
+        if room < 1:
+            return ReshapeDecision(0, off, "no room for a surge group (free GPUs, maxSurge or gpuBudget)")
+        return ReshapeDecision(1, off, "replacing one group, surge first")
+    return ReshapeDecision(0, off, "")
+
+
+def drain_order(pair: PairView, target: tuple[int, int]) -> tuple[bool, int]:
+    """Sort key of the groups a scale-down takes, highest first: off-target groups before target-shaped ones,
+    then the highest index (``tandem.core.converge.highest_first``)."""
+    return pair.counts != target, pair.index
+
+
+__all__ = ["ReshapeDecision", "drain_order", "off_shape", "reshape_surge"]

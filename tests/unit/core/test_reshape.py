@@ -1,0 +1,210 @@
+"""A P:D change without rolling every pair group (issue 18 item 5, design note 012 §5, ``tandem.core.reshape``):
+the revision stays, new groups take the new shape, off-target groups are replaced one at a time, surge first,
+and a scale-down drains them first."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from tandem.api.labels import parse_shape, shape_text
+from tandem.api.revision import revision_spec, same_stack
+from tandem.core.pairs import PairView
+from tandem.core.plan import plan_pool
+from tandem.core.reasons import REASON_RESHAPING
+from tandem.core.reshape import drain_order, reshape_surge
+from tandem.routing.table import PairState
+from tests.support.factories import World, image, make_nodes, make_pool
+
+
+def shapes(world: World) -> Counter[tuple[int, int]]:
+    """Live groups by (prefill, decode) pods."""
+    by_pair: dict[int, Counter[str]] = {}
+    for pod in world.pods.values():
+        if not pod.deleting:
+            assert pod.pair_index is not None and pod.role is not None
+            by_pair.setdefault(pod.pair_index, Counter())[pod.role] += 1
+    draining = {p.index for p in world.routing.pairs if p.state is PairState.DRAINING} if world.routing else set()
+    return Counter((c["prefill"], c["decode"]) for i, c in by_pair.items() if i not in draining)
+
+
+def converged(replicas: int, ratio: tuple[int, int], nodes: int) -> World:
+    world = World(make_pool().pairs(replicas, ratio=ratio, gpus=2).obj(), make_nodes(nodes))
+    world.run_until(lambda w: w.ready_pairs() == replicas and not w.plans[-1].creates)
+    return world
+
+
+def test_a_pd_change_keeps_the_revision_and_replaces_groups_one_at_a_time_surge_first() -> None:
+    world = converged(3, (1, 1), nodes=6)
+    assert world.pool.status is not None
+    stable = world.pool.status.revisions.stable
+    assert stable is not None
+    world.set_spec(make_pool().pairs(3, ratio=(2, 1), gpus=2))
+    plan = world.tick()
+    assert plan.desired_revision == stable.name  # the stack did not change: no new revision, no canary
+    assert plan.status.revisions.canary is None and plan.status.rollout.phase != "Progressing"
+    assert {c.shape for c in plan.creates} == {(2, 1)} and Counter(c.role for c in plan.creates) == {
+        "prefill": 2,
+        "decode": 1,
+    }
+    assert any(e.reason == REASON_RESHAPING and "1P:1D" in e.message and "2P:1D" in e.message for e in plan.events)
+    assert plan.status.pairs.off_shape == 3
+    seen_live, seen_ready = [], []
+    for _ in range(200):
+        world.tick()
+        seen_live.append(sum(shapes(world).values()))
+        seen_ready.append(world.ready_pairs())
+        table = world.routing.pairs
+        if shapes(world) == Counter({(2, 1): 3}) and all(p.state is PairState.SERVING for p in table):
+            break
+    else:
+        raise AssertionError(f"did not converge: {shapes(world)}")
+    assert min(seen_ready) >= 3  # capacity never dropped below replicas
+    assert max(seen_live) <= 4  # one surge group at a time (maxSurge 1)
+    assert world.pool.status is not None and world.pool.status.pairs.off_shape == 0
+    revs = {p.revision for p in world.pods.values()}
+    assert revs == {stable.name}
+    assert all(len(p.prefill) == 2 and len(p.decode) == 1 for p in world.routing.pairs)
+    # converged: a quiet pass plans nothing
+    plan = plan_pool(world.snapshot())
+    assert (plan.creates, plan.deletes) == ((), ())
+
+
+def test_without_room_groups_keep_their_shape_and_a_scale_down_drains_them_first() -> None:
+    world = converged(4, (1, 1), nodes=2)  # 2 nodes x 8 GPUs hold exactly four 1P:1D groups of 4 GPUs
+    world.set_spec(make_pool().pairs(4, ratio=(2, 1), gpus=2))
+    plan = world.tick()
+    assert plan.creates == () and plan.deletes == ()  # no free GPUs: nothing is replaced, nothing lost
+    assert plan.status.pairs.off_shape == 4 and world.ready_pairs() == 4
+    # a lost pod comes back in its group's shape (1P:1D), not the pool's new one
+    victim = next(p for p in world.pods.values() if p.role == "prefill" and p.pair_index == 1)
+    world.delete_pod(victim.name)
+    plan = world.tick()
+    assert [(c.pair, c.role, c.instance, c.shape) for c in plan.creates] == [(1, "prefill", 0, (1, 1))]
+    world.run_until(lambda w: w.ready_pairs() == 4)
+    # scale up by one with room for it: the new group is 2P:1D
+    world.nodes = make_nodes(3)
+    world.set_spec(make_pool().pairs(5, ratio=(2, 1), gpus=2))
+    world.run_until(lambda w: w.ready_pairs() == 5 and not w.plans[-1].creates)
+    assert shapes(world)[(2, 1)] >= 1
+    # scale down to 2: the drained groups are 1P:1D ones; the 2P:1D group stays
+    on_target = {p.index for p in world.routing.pairs if (len(p.prefill), len(p.decode)) == (2, 1)}
+    world.set_spec(make_pool().pairs(2, ratio=(2, 1), gpus=2))
+    plan = world.tick()
+    drained = {p.index for p in plan.routing.pairs if p.state is PairState.DRAINING}
+    assert drained and not drained & on_target
+    shape_of = {p.index: (len(p.prefill), len(p.decode)) for p in plan.routing.pairs}
+    assert {shape_of[i] for i in drained} == {(1, 1)}
+    # once the drains free GPUs, the last 1P:1D group is replaced, surge first
+    world.run_until(lambda w: shapes(w) == Counter({(2, 1): 2}) and w.ready_pairs() == 2, 300)
+    assert on_target <= {p.index for p in world.routing.pairs}
+
+
+def test_a_new_stack_with_a_new_shape_is_a_rollout_built_in_the_new_shape() -> None:
+    world = converged(2, (1, 1), nodes=6)
+    assert world.pool.status is not None and world.pool.status.revisions.stable is not None
+    stable = world.pool.status.revisions.stable.name
+    world.set_spec(make_pool().pairs(2, ratio=(2, 1), gpus=2).version("v2"))
+    plan = world.tick()
+    assert plan.desired_revision != stable
+    assert plan.creates and {c.shape for c in plan.creates} == {(2, 1)}
+    assert {c.revision for c in plan.creates} == {plan.desired_revision}
+
+
+def test_a_group_without_a_readable_shape_of_its_own_falls_back_to_its_revision() -> None:
+    """A pod from before the shape was recorded (no env), or one whose value is garbled, gives its group the
+    shape of its revision snapshot, as before."""
+    world = converged(1, (1, 1), nodes=2)
+    for name, pod in list(world.pods.items()):
+        world.pods[name] = replace(pod, built_shape=None)
+    plan = world.tick()
+    assert (plan.creates, plan.deletes) == ((), ())
+    assert plan.status.pairs.off_shape == 0 and world.ready_pairs() == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("2p1d", (2, 1)), ("1p16d", (1, 16)), ("0p1d", None), ("17p1d", None), ("2p", None), ("ap1d", None), ("", None)],
+)
+def test_shape_text_round_trips_within_the_api_bounds(text: str, want: tuple[int, int] | None) -> None:
+    assert parse_shape(text) == want
+    if want is not None:
+        assert shape_text(want) == text
+
+
+def test_same_stack_sets_only_the_shape_aside() -> None:
+    base = make_pool().pairs(2, ratio=(1, 1)).obj().spec
+    reshaped = make_pool().pairs(2, ratio=(4, 1)).obj().spec
+    other_gpus = make_pool().pairs(2, ratio=(1, 1), gpus=8).obj().spec
+    new_image = make_pool().pairs(2).version("v2").obj().spec
+    assert same_stack(revision_spec(base), revision_spec(reshaped))
+    assert not same_stack(revision_spec(base), revision_spec(other_gpus))  # GPUs per instance shape the pod
+    assert not same_stack(revision_spec(base), revision_spec(new_image))
+    assert image("v2") in new_image.stack.image
+
+
+def _pair(index: int, shape: tuple[int, int], *, ready: bool = True, draining: bool = False) -> PairView:
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from tandem.core.observed import ObservedPod  # noqa: PLC0415
+
+    pods = tuple(
+        ObservedPod(
+            name=f"p{index}-{role}-{i}",
+            uid=f"u{index}{role}{i}",
+            labels={
+                "tandem.dev/pool": "speed",
+                "tandem.dev/pair": f"speed-p{index}",
+                "tandem.dev/role": role,
+                "tandem.dev/instance": str(i),
+            },
+            node="n",
+            phase="Running",
+            ready=ready,
+            deleting=False,
+            created=datetime(2026, 1, 1, tzinfo=UTC),
+            built_shape=shape,
+        )
+        for role, n in (("prefill", shape[0]), ("decode", shape[1]))
+        for i in range(n)
+    )
+    return PairView(
+        pool="speed",
+        index=index,
+        revision="r1",
+        pods=pods,
+        shape=(("prefill", shape[0]), ("decode", shape[1])),
+        draining_since=datetime(2026, 1, 1, tzinfo=UTC) if draining else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pairs", "steady", "room", "extra"),
+    [
+        pytest.param([_pair(0, (1, 1)), _pair(1, (1, 1))], True, 1, 1, id="replicas Ready, room: start one"),
+        pytest.param([_pair(0, (1, 1)), _pair(1, (1, 1))], True, 0, 0, id="no room: wait for the fleet to cycle"),
+        pytest.param([_pair(0, (1, 1)), _pair(1, (1, 1))], False, 1, 0, id="a rollout or scaling is moving"),
+        pytest.param([_pair(0, (2, 1)), _pair(1, (2, 1))], True, 1, 0, id="all on target"),
+        pytest.param(
+            [_pair(0, (1, 1)), _pair(1, (1, 1)), _pair(2, (2, 1), ready=False)], True, 0, 1, id="replacement loading"
+        ),
+        pytest.param(
+            [_pair(0, (1, 1)), _pair(1, (1, 1)), _pair(2, (2, 1))], True, 1, 0, id="replacement Ready: drain one"
+        ),
+        pytest.param(
+            [_pair(0, (1, 1)), _pair(1, (2, 1)), _pair(2, (1, 1), draining=True)], True, 1, 0, id="drain in flight"
+        ),
+        pytest.param([_pair(0, (1, 1)), _pair(1, (1, 1), ready=False)], True, 1, 0, id="a group not Ready"),
+    ],
+)
+def test_reshape_surge(pairs: list[PairView], steady: bool, room: int, extra: int) -> None:
+    got = reshape_surge(pairs, revision="r1", target=(2, 1), replicas=2, steady=steady, room=room)
+    assert got.extra == extra
+
+
+def test_drain_order_takes_off_target_groups_first_then_the_highest_index() -> None:
+    pairs = [_pair(0, (1, 1)), _pair(1, (2, 1)), _pair(2, (1, 1)), _pair(3, (2, 1))]
+    order = sorted(pairs, key=lambda p: drain_order(p, (2, 1)), reverse=True)
+    assert [p.index for p in order] == [2, 0, 3, 1]
