@@ -36,6 +36,7 @@ from tandem.api.base import (
 from tandem.api.celenv import CONDITION_GRAMMAR, CONDITION_PATTERN, condition_problem
 from tandem.api.common import URL_PASSWORD_PATTERN, EnvVar, Resources, SecretKeyRef, Toleration
 from tandem.api.gatequery import QUERY_VARIABLES_PATTERN, VARIABLES, QueryRenderError, QueryVars, render_query
+from tandem.api.labels import MAX_INSTANCES_PER_ROLE
 
 MAX_PAIRS = 512  # fleet cap per pool (testing.md B-02): 512 pairs x 8 GPUs = 4096 GPUs
 GPU_PRODUCTS = ("MI300X", "MI325X", "MI355X")
@@ -279,7 +280,7 @@ class RoleShape(ApiModel):
         )
     }
 
-    instances: Annotated[int, Field(ge=1, le=16)] = 1
+    instances: Annotated[int, Field(ge=1, le=MAX_INSTANCES_PER_ROLE)] = 1
     """Instances of this role per pair group (the x or y of xPyD). To run no pairs set pairs.replicas to 0.
     Changing only this keeps the revision: new groups take the new shape, and existing ones are replaced one at a
     time, surge first, when free GPUs allow (status.pairs.offShape counts those left)."""
@@ -314,6 +315,11 @@ class PairsSpec(ApiModel):
     orphan_timeout: Duration = "300s"
     """A half pair (some instances Ready, others missing or Pending) is not counted as capacity; past this
     time it is drained and replaced as a whole."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(prefill, decode) instances per group: the shape new groups are built in (``tandem.core.reshape``)."""
+        return self.prefill.instances, self.decode.instances
 
 
 # --- placement -------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from tandem.api.labels import (
     shape_text,
 )
 from tandem.api.quantity import parse_quantity
-from tandem.api.revision import RevisionSpec
+from tandem.api.revision import RevisionSpec, pair_shape
 from tandem.builders.common import (
     SCRATCH_DIR,
     base_labels,
@@ -116,7 +116,7 @@ class InstanceParams:
 
     @property
     def group_shape(self) -> tuple[int, int]:
-        return self.shape or (self.spec.prefill.instances, self.spec.decode.instances)
+        return self.shape or pair_shape(self.spec)
 
 
 def termination_grace_s(drain_timeout_s: float) -> int:

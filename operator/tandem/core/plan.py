@@ -19,8 +19,8 @@ The rules, in order:
    within `replicas + maxSurge`; pairs that cannot be placed are created only up to `maxSurge`
    (Pending, so a cluster autoscaler can react) and `InsufficientGPU` is reported; excess pairs are
    removed not-Ready first (deleted at once) then Ready (marked draining, groups off the pool's P:D first,
-   then highest index first), and a
-   Ready pair is drained only while the Ready pairs left stay ≥ `replicas − maxUnavailable` (INV-1).
+   then highest index first), and a Ready pair is drained only while the Ready pairs left stay
+   ≥ `replicas − maxUnavailable` (INV-1).
    How many of each is `tandem.core.converge.next_moves` (the simulator runs it too); this module picks
    the pairs (by index) and the nodes (`tandem.core.placement`).
 5. The routing table lists every pair in ring order: `serving` only while all instances are Ready
@@ -369,7 +369,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             hold_scale_down=decision.status.phase == "RollingBack"
             or bool(actions.creates)
             or serving < status.pairs.current,
-            shape=(spec.pairs.prefill.instances, spec.pairs.decode.instances),
+            shape=spec.pairs.shape,
             measured_load_s=_measured_load(status),
         )
         scaled, autoscale_state = compute_desired_pairs(
@@ -390,7 +390,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         # 8b. optional P:D adjustment: the new shape is written to spec.pairs; it is not a new revision, so the
         # groups take it as they cycle, one surge replacement at a time (step 1d), and no new ratio is chosen
         # while groups are still off the last one
-        shape = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+        shape = spec.pairs.shape
         ratio, ratio_state = compute_role_ratio(
             spec.autoscaling,
             shape,
@@ -465,7 +465,7 @@ def _reshape(
     has pairs or targets (a rollout replaces groups on its own, in the target shape)."""
     spec = snapshot.pool.spec
     stable = decision.stable
-    target = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+    target = spec.pairs.shape
     others = any(n > 0 for r, n in targets.items() if r != stable) or any(
         p.live and p.revision != stable for p in pairs
     )
@@ -477,8 +477,9 @@ def _reshape(
 
 def _off_counts(pairs: list[PairView], stable: str, actions: _PairActions) -> tuple[int, int]:
     """The shape of the off-target group the replacement is for (the one the next scale-down drains)."""
-    off = [p for p in pairs if p.live and p.revision == stable and p.counts != actions.target_shape]
-    return max(off, key=actions._drain_order).counts if off else actions.target_shape
+    target = actions.target_shape
+    off = [p for p in pairs if p.live and p.revision == stable and p.counts != target]
+    return max(off, key=lambda p: drain_order(p, target)).counts if off else target
 
 
 def _shape_name(shape: tuple[int, int]) -> str:
@@ -573,7 +574,7 @@ def _surge_room(snapshot: Snapshot, desired: RevisionSpec, placed_canary: int, l
     room already taken: a Pending one holds no GPUs, and counting it would flip a pool without room back to
     surge and cancel the stable drain that capacity-first needs."""
     spec = snapshot.pool.spec
-    gpus = group_gpus(desired, (spec.pairs.prefill.instances, spec.pairs.decode.instances))
+    gpus = group_gpus(desired, spec.pairs.shape)
     ledger = build_node_pool(snapshot.nodes, [*snapshot.pods, *snapshot.other_pods], desired.placement)
     free = 0
     while free <= spec.rollout.max_surge and place_pair(ledger, gpus, desired.placement) is not None:
@@ -668,7 +669,7 @@ class _PairActions:
         self.revisions = revisions
         self.targets = targets
         self.now = now
-        self.target_shape = (spec.pairs.prefill.instances, spec.pairs.decode.instances)
+        self.target_shape = spec.pairs.shape
         """New groups of any revision are built in the pool's P:D (``tandem.core.reshape``)."""
         self.creates: list[CreatePod] = []
         self.deletes: list[DeletePod] = []

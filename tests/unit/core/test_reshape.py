@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
 from tandem.api.labels import parse_shape, shape_text
 from tandem.api.revision import revision_spec, same_stack
+from tandem.core.observed import ObservedPod
 from tandem.core.pairs import PairView
 from tandem.core.plan import plan_pool
 from tandem.core.reasons import REASON_RESHAPING
@@ -113,6 +115,33 @@ def test_a_new_stack_with_a_new_shape_is_a_rollout_built_in_the_new_shape() -> N
     assert {c.revision for c in plan.creates} == {plan.desired_revision}
 
 
+def test_a_pd_change_during_a_rollout_keeps_the_canary_revision() -> None:
+    """Only the shape changed while v2 is rolling out: the rollout goes on with the same canary revision (no
+    third revision), its later groups take the new shape, and after the promotion the canary's old-shape group
+    is replaced like any other."""
+    world = converged(2, (1, 1), nodes=8)
+    steps = ({"setWeight": 50}, {"setWeight": 100})
+    world.set_spec(make_pool().pairs(2, ratio=(1, 1), gpus=2).version("v2").steps(*steps))
+    since = len(world.plans)
+    first = world.tick()
+    canary = first.desired_revision
+    assert {c.shape for c in first.creates} == {(1, 1)}
+    world.set_spec(make_pool().pairs(2, ratio=(2, 1), gpus=2).version("v2").steps(*steps))
+    plan = world.tick()
+    assert plan.desired_revision == canary
+    assert plan.status.revisions.canary is not None and plan.status.revisions.canary.name == canary
+    world.run_until(
+        lambda w: (
+            w.pool.status.revisions.stable.name == canary
+            and shapes(w) == Counter({(2, 1): 2})
+            and all(p.state is PairState.SERVING for p in w.routing.pairs)
+        ),
+        300,
+    )
+    assert {p.desired_revision for p in world.plans[since:]} == {canary}
+    assert {c.revision for p in world.plans[since:] for c in p.creates} == {canary}
+
+
 def test_a_group_without_a_readable_shape_of_its_own_falls_back_to_its_revision() -> None:
     """A pod from before the shape was recorded (no env), or one whose value is garbled, gives its group the
     shape of its revision snapshot, as before."""
@@ -146,10 +175,6 @@ def test_same_stack_sets_only_the_shape_aside() -> None:
 
 
 def _pair(index: int, shape: tuple[int, int], *, ready: bool = True, draining: bool = False) -> PairView:
-    from datetime import UTC, datetime  # noqa: PLC0415
-
-    from tandem.core.observed import ObservedPod  # noqa: PLC0415
-
     pods = tuple(
         ObservedPod(
             name=f"p{index}-{role}-{i}",
