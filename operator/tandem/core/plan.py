@@ -261,7 +261,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     pairs, changed_drains = _vet_drains(pairs, own_table, now)
     if (found := drain_finding(changed_drains)) is not None:
         findings.append(found)
-    stable = old_status.revisions.stable.name if old_status.revisions.stable else infer_stable(pairs, desired)
+    stable = _stable_revision(old_status, pairs, desired, revisions)
     counts = _revision_counts(pairs)
     # 1b. the analysis step: this pass's gate verdicts (observed by the reconcile) folded into its progress
     analysis: AnalysisResult | None = None
@@ -437,6 +437,26 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             if pod.pool == name and pod.label_drift and pod.built_revision and not pod.deleting
         ),
     )
+
+
+def _stable_revision(
+    status: InferencePoolStatus, pairs: list[PairView], desired: str, trusted: dict[str, RevisionSpec]
+) -> str:
+    """The stable revision: a Promoted rollout's revision, else the one status records, else inferred from pairs.
+
+    Why: a promotion is persisted first (the rollout status alone, before any pod moves), and the full status
+    with ``revisions.stable`` follows after the pass's actions. An operator killed between the two writes
+    leaves a Promoted rollout whose revision is not yet the recorded stable; read literally, the next pass
+    would see the desired revision differ from stable and start the whole rollout again (OP-01). A Promoted
+    rollout's revision is stable by definition, so the promotion is finished instead. Only a snapshot that
+    passed vetting stands in (status is the operator's own, but a revision it cannot vouch for is not adopted).
+    """
+    rollout = status.rollout
+    if rollout.phase == "Promoted" and rollout.revision and rollout.revision in trusted:
+        return rollout.revision
+    if status.revisions.stable is not None:
+        return status.revisions.stable.name
+    return infer_stable(pairs, desired)
 
 
 def _same_stack_running(

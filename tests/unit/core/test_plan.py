@@ -293,3 +293,47 @@ def test_prefill_bound_pool_gets_a_new_pair_shape_through_a_rollout() -> None:
     assert plan.reshape_to == (2, 1)
     assert plan.scale_to is not None and plan.scale_to >= 4  # no role loses instances
     assert any("1P:1D → 2P:1D" in e.message for e in plan.events)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param(({"setCanaryPairs": 1}, {"setWeight": 100}), id="all canary at promotion"),
+        pytest.param(({"setCanaryPairs": 1},), id="stable pairs left at promotion"),
+    ],
+)
+def test_a_promotion_persisted_without_its_stable_revision_is_finished_not_restarted(
+    steps: tuple[dict[str, object], ...],
+) -> None:
+    """OP-01: the operator persists a promotion (the rollout status alone) before acting, and writes
+    ``revisions.stable`` with the full status afterwards. Killed between the two, the next pass must finish
+    the promotion, never start the rollout over from step 1."""
+    builder = make_pool().pairs(3).rollout(maxSurge=1, maxUnavailable=0).steps(*steps)
+    world = World(builder.obj(), make_nodes(4))
+    world.run_until(lambda w: w.ready_pairs() == 3)
+    assert world.pool.status is not None and world.pool.status.revisions.stable is not None
+    old = world.pool.status.revisions.stable.name
+    world.set_spec(builder.version("v2"))
+    before, table, pods = world.pool.status, world.routing, dict(world.pods)
+    for _ in range(100):
+        before, table, pods = world.pool.status, world.routing, dict(world.pods)
+        plan = world.tick()
+        if plan.status.rollout.phase == "Promoted":
+            break
+    else:
+        raise AssertionError("never promoted")
+    assert plan.rollout_first is not None and plan.rollout_first.phase == "Promoted"
+    new = plan.rollout_first.revision
+    assert new != old
+    # the kill: only the persist-first write landed; the pass's pod actions, table and full status did not
+    assert before is not None and before.revisions.stable is not None and before.revisions.stable.name == old
+    world.pool = world.pool.model_copy(update={"status": before.model_copy(update={"rollout": plan.rollout_first})})
+    world.routing, world.pods = table, pods
+    replayed = [world.tick() for _ in range(30)]
+    reasons = {e.reason for p in replayed for e in p.events}
+    assert not reasons & {"RolloutStarted", "RolloutRestarted", "DrainRecordRejected"}, reasons
+    final = world.pool.status
+    assert final is not None and final.revisions.stable is not None
+    assert final.rollout.phase == "Promoted" and final.revisions.stable.name == new
+    assert {p.labels[LABEL_REVISION] for p in world.pods.values()} == {new}
+    assert world.ready_pairs() == 3
