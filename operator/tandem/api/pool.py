@@ -13,7 +13,7 @@ canary gated on TTFT, tokens/s per user, errors and a tool-calling eval.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -589,7 +589,12 @@ class AutoscalingSpec(ApiModel):
 # Any valid values do: admission checks where the variables stand, not what they become.
 _SAMPLE_QUERY_VARS = QueryVars(namespace="default", pool="pool", revision="r0")
 
-GATE_TEMPLATES = ("TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio")
+GateTemplate = Literal["TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio"]
+GATE_TEMPLATES: tuple[str, ...] = get_args(GateTemplate)
+NORMALIZABLE_TEMPLATES: tuple[str, ...] = ("TTFTP90", "TTFTP95")
+"""Templates ``compare.normalize: UncachedPromptTokens`` applies to: TTFT is where prefill work shows. The API
+server's rule, ``tandem validate`` and the query builder (``tandem.core.promql``) all read this one list."""
+GatePreset = Literal["ttft-p90", "ttft-p95", "tokens-per-user", "tpot-p90", "errors", "local-kv-hits"]
 
 
 DEFAULT_MIN_SAMPLES = 20
@@ -654,6 +659,14 @@ GATE_PRESETS: dict[str, dict[str, Any]] = {
 with stable (rank + mean tests, 99 %, ≥ 10 % worse on average; TTFT per uncached prompt token), errors by
 Fisher's test above a 1 % floor, and the local hit ratio not significantly below 90 % of stable's (a score test
 bounded by the pool's longest prompt; the warm-up's measure). Fields set on the gate win."""
+NORMALIZABLE_PRESETS: tuple[str, ...] = tuple(
+    name for name, gate in GATE_PRESETS.items() if gate["template"] in NORMALIZABLE_TEMPLATES
+)
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    """A CEL list literal of strings (the names are plain identifiers: no quoting needed)."""
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
 GateCondition = Annotated[
@@ -696,11 +709,11 @@ class MetricGate(ApiModel):
             ),
             Rule(
                 "!has(self.compare) || !has(self.compare.normalize) || self.compare.normalize == 'None' || "
-                "(has(self.template) && self.template in ['TTFTP90', 'TTFTP95']) || "
+                f"(has(self.template) && self.template in {_cel_list(NORMALIZABLE_TEMPLATES)}) || "
                 "(!has(self.template) && !has(self.query) && has(self.preset) && "
-                "self.preset in ['ttft-p90', 'ttft-p95'])",
-                "analysis metric: compare.normalize: UncachedPromptTokens applies to TTFT templates only (TTFTP90, "
-                "TTFTP95)",
+                f"self.preset in {_cel_list(NORMALIZABLE_PRESETS)})",
+                "analysis metric: compare.normalize: UncachedPromptTokens applies to TTFT templates only "
+                f"({', '.join(NORMALIZABLE_TEMPLATES)})",
                 field_path=".compare.normalize",
             ),
             Rule(
@@ -713,11 +726,9 @@ class MetricGate(ApiModel):
 
     name: DnsLabel
     """Gate name, shown in status verdicts."""
-    preset: Literal["ttft-p90", "ttft-p95", "tokens-per-user", "tpot-p90", "errors", "local-kv-hits"] | None = None
+    preset: GatePreset | None = None
     """A named gate (template, comparison and conditions of docs/design/009); fields set here override it."""
-    template: (
-        Literal["TTFTP90", "TTFTP95", "TokensPerSecondPerUser", "TPOTP90", "ErrorRate", "LocalKVHitRatio"] | None
-    ) = None
+    template: GateTemplate | None = None
     """A built-in query on vLLM metric names (see docs/design/001-api.md). `result` is in seconds, tokens/s or a 0-1
     ratio."""
     query: (
@@ -1086,6 +1097,7 @@ __all__ = [
     "GATE_TEMPLATES",
     "GPU_PRODUCTS",
     "MAX_PAIRS",
+    "NORMALIZABLE_TEMPLATES",
     "AdmissionSpec",
     "AnalysisSpec",
     "AnalysisStep",

@@ -69,6 +69,7 @@ from tandem.api.gatequery import (
     QueryVars,
     render_query,
 )
+from tandem.api.pool import NORMALIZABLE_TEMPLATES
 
 # --- series label contract ------------------------------------------------------------------------
 
@@ -219,8 +220,6 @@ UNCACHED_TOKENS_QUERY: Final = (
 )
 """Uncached prompt tokens in the window, read on prefill instances whatever the gate's role (the decode side's
 TTFT histogram counts the same requests). Both counters are vLLM's, in tokens (integration.md §4)."""
-NORMALIZABLE_TEMPLATES: Final = frozenset({"TTFTP90", "TTFTP95"})
-"""Templates ``compare.normalize: UncachedPromptTokens`` applies to: TTFT is where prefill work shows."""
 
 
 def _increase(metric: str, extra: str = "") -> str:

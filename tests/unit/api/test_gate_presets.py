@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from tandem.api.pool import GATE_PRESETS, MetricGate
+from tandem.api.pool import (
+    GATE_PRESETS,
+    GATE_TEMPLATES,
+    NORMALIZABLE_PRESETS,
+    NORMALIZABLE_TEMPLATES,
+    GatePreset,
+    MetricGate,
+)
 
 
 @pytest.mark.parametrize(
@@ -56,3 +63,15 @@ def test_every_preset_is_a_valid_gate_and_round_trips() -> None:
         g = MetricGate.model_validate({"name": "g", "preset": name})
         again = MetricGate.model_validate(g.model_dump(by_alias=True, exclude_none=True))
         assert again == g
+
+
+def test_preset_and_template_names_have_one_source() -> None:
+    """The API schema's enums, the presets' table and the CEL rule's normalizable lists are one set of names:
+    a preset added to the table but not to the enum (or the reverse) would be refused, or never applied."""
+    assert set(GATE_PRESETS) == set(get_args(GatePreset))
+    assert {gate["template"] for gate in GATE_PRESETS.values()} <= set(GATE_TEMPLATES)
+    assert set(NORMALIZABLE_TEMPLATES) <= set(GATE_TEMPLATES)
+    assert NORMALIZABLE_PRESETS == ("ttft-p90", "ttft-p95")
+    schema = MetricGate.model_json_schema()
+    rules = " ".join(r["rule"] for r in schema.get("x-kubernetes-validations", []))
+    assert "['TTFTP90', 'TTFTP95']" in rules and "['ttft-p90', 'ttft-p95']" in rules
