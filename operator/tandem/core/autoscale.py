@@ -77,7 +77,7 @@ from tandem.core.capacity import (
     PrefillPoint,
     WorkDemand,
     decode_need,
-    pairs_for,
+    groups_for,
     prefill_need,
     update_correction,
     update_forecast,
@@ -238,6 +238,10 @@ class ScaleContext:
     """Set by the caller during a rollback or while new capacity is not yet Ready: no scale-down."""
     shape: tuple[int, int] = (1, 1)
     """Instances per pair group (prefill, decode): work planning turns per-role needs into groups."""
+    group_shapes: tuple[tuple[int, int], ...] = ()
+    """The live groups' own (prefill, decode), in the order a scale-down keeps them; () = all in ``shape``.
+    While groups take a new P:D as they cycle (``tandem.core.reshape``) work planning counts them as they are
+    (``tandem.core.capacity.groups_for``)."""
     measured_load_s: float | None = None
     """The serving revision's measured model load time (`tandem.core.loadtime`); None: not measured yet.
     Work planning's lead time is the smaller of this and the declared ``loadTime`` (:func:`lead_time`)."""
@@ -1063,9 +1067,10 @@ def _plan_work(
     p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, lead)
     d_fc, d_state = update_forecast(st.decode, now, d.instances * d_corr * head, lead)
     ev.state = replace(ev.state, work=WorkState(p_state, d_state, p_corr, d_corr))
-    need_now = pairs_for(p_fc.now, d_fc.now, shape)
-    ahead = pairs_for(p_fc.ahead, d_fc.ahead, shape)
-    keep = max(need_now, pairs_for(p_fc.recent_peak, d_fc.recent_peak, shape))
+    kept = ev.context.group_shapes
+    need_now = groups_for(p_fc.now, d_fc.now, shape, kept)
+    ahead = groups_for(p_fc.ahead, d_fc.ahead, shape, kept)
+    keep = max(need_now, groups_for(p_fc.recent_peak, d_fc.recent_peak, shape, kept))
     ev.rec = ahead
     ev.out = {
         "readyPairs": str(ev.context.ready_pairs),

@@ -377,6 +377,28 @@ def pairs_for(prefill: float, decode: float, shape: tuple[int, int]) -> int:
     return max(math.ceil(prefill / p - 1e-9), math.ceil(decode / d - 1e-9), 0)
 
 
+def groups_for(prefill: float, decode: float, shape: tuple[int, int], kept: Sequence[tuple[int, int]] = ()) -> int:
+    """Pair groups that hold both roles' instances when the fleet keeps its groups of shapes ``kept`` (in the
+    order a scale-down keeps them) and builds any more in ``shape`` (the pool's P:D).
+
+    Why: a P:D change is taken by the groups as they cycle (``tandem.core.reshape``), so for a while the
+    fleet mixes shapes. Sized as if every group were already in the new shape, a prefill-bound pool moving
+    1P:1D → 2P:1D would be told half the groups it needs now, and a scale-down would take the old ones (they
+    drain first) while the new ones are not there. Counting the groups that stay, as they are, sizes the fleet
+    that will exist after the scaling; the count falls as the replacements land.
+
+    Example: kept four 1P:1D, shape 2P:1D, need 6P and 2D → 5 (four old groups give 4P, one new adds 2P);
+    with kept two 2P:1D and two 1P:1D (keep order: target-shaped first) the same need → 4 (2 + 2 + 1 + 1)."""
+    if all(k == shape for k in kept):
+        return pairs_for(prefill, decode, shape)
+    have_p = have_d = 0
+    for n, (p, d) in enumerate(kept):
+        if have_p >= prefill - 1e-9 and have_d >= decode - 1e-9:
+            return n
+        have_p, have_d = have_p + p, have_d + d
+    return len(kept) + pairs_for(max(0.0, prefill - have_p), max(0.0, decode - have_d), shape)
+
+
 # --- forecast over the lead time -----------------------------------------------------------------
 
 LEVEL_TIME_CONSTANT_S: Final = 60.0

@@ -370,6 +370,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             or bool(actions.creates)
             or serving < status.pairs.current,
             shape=spec.pairs.shape,
+            group_shapes=_kept_shapes(actions),
             measured_load_s=_measured_load(status),
         )
         scaled, autoscale_state = compute_desired_pairs(
@@ -500,6 +501,20 @@ def _off_counts(pairs: list[PairView], stable: str, actions: _PairActions) -> tu
     target = actions.target_shape
     off = [p for p in pairs if p.live and p.revision == stable and p.counts != target]
     return max(off, key=lambda p: drain_order(p, target)).counts if off else target
+
+
+def _kept_shapes(actions: _PairActions) -> tuple[tuple[int, int], ...]:
+    """The P:D of every group live after this pass (new ones in the pool's), in the order a scale-down keeps
+    them (the reverse of ``tandem.core.reshape.drain_order``): work planning counts groups as they are while
+    some are off the pool's P:D (``tandem.core.capacity.groups_for``)."""
+    target = actions.target_shape
+    keys = [
+        (drain_order(p, target), p.counts)
+        for p in actions.pairs
+        if p.live and p.index not in actions.deleted_pairs and p.index not in actions.new_drains
+    ]
+    keys += [((False, index), target) for index in actions.new_pairs]
+    return tuple(shape for _, shape in sorted(keys))
 
 
 def _shape_name(shape: tuple[int, int]) -> str:

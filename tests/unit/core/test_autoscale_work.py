@@ -232,3 +232,22 @@ def test_work_plan_scale_down_follows_the_measured_load_time(
         cur = decision.desired_pairs
     assert downs
     assert want_first_down_after < min(downs) <= want_first_down_after + 60.0
+
+
+@pytest.mark.parametrize(
+    ("groups", "want_pairs", "want_reason"),
+    [
+        pytest.param((), 4, REASON_HOLD_WORK_COVERED, id="all groups already 2P:1D: four hold 8P"),
+        pytest.param(((1, 1),) * 4, 6, REASON_SCALE_UP_WORK, id="four 1P:1D hold 4P: two 2P:1D more"),
+        pytest.param(((2, 1),) * 2 + ((1, 1),) * 2, 5, REASON_SCALE_UP_WORK, id="half replaced: one more"),
+    ],
+)
+def test_work_plan_counts_groups_in_their_own_shape_while_they_cycle(
+    groups: tuple[tuple[int, int], ...], want_pairs: int, want_reason: str
+) -> None:
+    """Issue 18 item 5: after a 1P:1D → 2P:1D change the groups take the new shape one at a time, so a
+    prefill-bound need (8 instances) is sized on the groups as they are, not as if all were 2P:1D already."""
+    policy = AutoscalePolicy.from_spec(spec())
+    context = ScaleContext(current_pairs=4, ready_pairs=4, shape=(2, 1), group_shapes=groups)
+    decision, _ = compute_desired_pairs(policy, context, snapshot(12.0, 4), WARM, 0.0)  # 8 prefill instances
+    assert (decision.desired_pairs, decision.reason) == (want_pairs, want_reason)

@@ -16,6 +16,7 @@ from tandem.core.capacity import (
     WorkDemand,
     decode_need,
     erlang_c,
+    groups_for,
     mdc_attainment,
     pairs_for,
     prefill_need,
@@ -163,6 +164,25 @@ def test_decode_need_table(d: WorkDemand, want: float) -> None:
 )
 def test_pairs_for_table(p: float, d: float, shape: tuple[int, int], want: int) -> None:
     assert pairs_for(p, d, shape) == want
+
+
+@pytest.mark.parametrize(
+    ("p", "d", "shape", "kept", "want"),
+    [
+        pytest.param(6.0, 2.0, (2, 1), (), 3, id="no groups yet: as pairs_for"),
+        pytest.param(6.0, 2.0, (2, 1), ((2, 1),) * 5, 3, id="all in the target shape: as pairs_for"),
+        pytest.param(6.0, 2.0, (2, 1), ((1, 1),) * 4, 5, id="four old groups give 4P, one new adds 2P"),
+        pytest.param(6.0, 2.0, (2, 1), ((2, 1),) * 2 + ((1, 1),) * 2, 4, id="half replaced"),
+        pytest.param(2.0, 2.0, (2, 1), ((1, 1),) * 4, 2, id="fewer kept groups hold it"),
+        pytest.param(2.0, 6.0, (1, 1), ((1, 3),) * 2, 2, id="decode-heavy old groups hold it"),
+        pytest.param(2.0, 6.0, (1, 1), ((1, 1), (1, 3)), 4, id="one replaced: short on decode, two more"),
+        pytest.param(0.0, 0.0, (2, 1), ((1, 1),) * 3, 0, id="nothing"),
+    ],
+)
+def test_groups_for_counts_the_groups_a_scale_down_keeps(
+    p: float, d: float, shape: tuple[int, int], kept: tuple[tuple[int, int], ...], want: int
+) -> None:
+    assert groups_for(p, d, shape, kept) == want
 
 
 def test_forecast_leads_a_ramp_and_keeps_the_lead_time_peak() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tandem.api.labels import parse_shape, shape_text
 from tandem.api.revision import revision_spec, same_stack
+from tandem.core.autoscale import MetricsSnapshot, ScaleContext, compute_desired_pairs
 from tandem.core.observed import ObservedPod
 from tandem.core.pairs import PairView
 from tandem.core.plan import plan_pool
@@ -233,3 +234,23 @@ def test_drain_order_takes_off_target_groups_first_then_the_highest_index() -> N
     pairs = [_pair(0, (1, 1)), _pair(1, (2, 1)), _pair(2, (1, 1)), _pair(3, (2, 1))]
     order = sorted(pairs, key=lambda p: drain_order(p, (2, 1)), reverse=True)
     assert [p.index for p in order] == [2, 0, 3, 1]
+
+
+def test_the_autoscaler_is_told_each_groups_own_shape_in_keep_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work planning counts groups as they are while they cycle (``tandem.core.capacity.groups_for``): the
+    planner hands it every live group's P:D, target-shaped first, the ones a scale-down drains last."""
+    world = converged(4, (1, 1), nodes=3)  # room for one surge group
+    autoscaling = {"enabled": True, "minPairs": 1, "maxPairs": 8}
+    world.set_spec(make_pool().pairs(4, ratio=(2, 1), gpus=2).set("spec.autoscaling", autoscaling))
+    world.run_until(lambda w: shapes(w)[(2, 1)] == 1 and w.ready_pairs() == 4 and not w.plans[-1].creates, 300)
+    seen: list[ScaleContext] = []
+
+    def spy(policy: object, context: ScaleContext, *rest: object) -> object:
+        seen.append(context)
+        return compute_desired_pairs(policy, context, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("tandem.core.plan.compute_desired_pairs", spy)
+    plan_pool(replace(world.snapshot(), scaling_metrics=MetricsSnapshot()))
+    assert len(seen) == 1
+    assert seen[0].shape == (2, 1)
+    assert seen[0].group_shapes == ((2, 1), (1, 1), (1, 1), (1, 1))
