@@ -62,6 +62,11 @@ def cel_regex(pattern: str) -> str:
     return pattern.replace("\\", "\\\\")
 
 
+def cel_list(items: tuple[str, ...]) -> str:
+    """A CEL list literal of plain string constants (names with no quote or backslash to escape)."""
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
 def image_field(name: str) -> dict[str, Any]:
     """Schema extras for an image field: a valid reference pinned by digest, one message naming the field."""
     return cel(

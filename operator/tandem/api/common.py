@@ -19,6 +19,7 @@ from tandem.api.base import (
     PositiveQuantity,
     Rule,
     cel,
+    cel_list,
     cel_regex,
 )
 
@@ -62,10 +63,6 @@ SECRET_ENV_NAME_PATTERN = r"(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KE
 URL_PASSWORD_PATTERN = r"^[A-Za-z][-A-Za-z0-9+.]*://[^/@\s]*:[^/@\s]*@"
 
 
-def _cel_list(items: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
-
-
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the pool's own namespace. The kubelet reads it; Tandem never does."""
 
@@ -97,7 +94,7 @@ class EnvVar(ApiModel):
                 field_path=".name",
             ),
             Rule(
-                f"!self.name.startsWith('LD_') && !(self.name in {_cel_list(INJECTION_ENV)})",
+                f"!self.name.startsWith('LD_') && !(self.name in {cel_list(INJECTION_ENV)})",
                 "env: this variable loads code from outside the image (LD_*, PYTHONPATH...) and is not allowed",
                 field_path=".name",
             ),

@@ -29,6 +29,7 @@ from tandem.api.base import (
     Rule,
     admission_checks,
     cel,
+    cel_list,
     cel_regex,
     image_field,
     immutable,
@@ -664,11 +665,6 @@ NORMALIZABLE_PRESETS: tuple[str, ...] = tuple(
 )
 
 
-def _cel_list(values: tuple[str, ...]) -> str:
-    """A CEL list literal of strings (the names are plain identifiers: no quoting needed)."""
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
-
-
 GateCondition = Annotated[
     str,
     Field(
@@ -709,9 +705,9 @@ class MetricGate(ApiModel):
             ),
             Rule(
                 "!has(self.compare) || !has(self.compare.normalize) || self.compare.normalize == 'None' || "
-                f"(has(self.template) && self.template in {_cel_list(NORMALIZABLE_TEMPLATES)}) || "
+                f"(has(self.template) && self.template in {cel_list(NORMALIZABLE_TEMPLATES)}) || "
                 "(!has(self.template) && !has(self.query) && has(self.preset) && "
-                f"self.preset in {_cel_list(NORMALIZABLE_PRESETS)})",
+                f"self.preset in {cel_list(NORMALIZABLE_PRESETS)})",
                 "analysis metric: compare.normalize: UncachedPromptTokens applies to TTFT templates only "
                 f"({', '.join(NORMALIZABLE_TEMPLATES)})",
                 field_path=".compare.normalize",
