@@ -15,6 +15,7 @@ from tandem_lab.sim.oracle import (
     min_load_s,
     served_bounds,
     startup_aware_seconds,
+    ttft_miss_causes,
 )
 from tandem_lab.sim.physics import Roofline
 from tandem_lab.sim.policies import POLICIES
@@ -110,6 +111,31 @@ def test_bounds_are_ordered() -> None:
     assert 0 < b.demand.feasible_share <= 1
 
 
+def test_ttft_miss_causes_worked_example() -> None:
+    """The docstring's example, plus a request on time, an unserved one and an infeasible one (not counted)."""
+    fl = _floors([0.0] * 5, [0.2] * 5, [0.0] * 5)
+    fl = RequestFloors(
+        **{
+            **{f: getattr(fl, f) for f in fl.__dataclass_fields__},
+            "pd_s": np.full(5, 0.05),
+            "step1_s": np.full(5, 0.05),
+            "feasible": np.array([True, True, True, True, False]),
+        }
+    )
+    ok = np.array([True, True, True, False, True])
+    ttft = np.array([1.4, 1.4, 0.5, np.nan, 5.0])
+    prefill = np.array([1.0, 0.3, 0.3, 0.0, 4.0])
+    causes = ttft_miss_causes(fl, ok, ttft, prefill)
+    assert causes == {"cache": 0.25, "wait": 0.25, "unserved": 0.25}
+
+
+def test_ttft_miss_causes_without_feasible_requests_are_nan() -> None:
+    fl = _floors([0.0], [5.0], [0.0])
+    fl = RequestFloors(**{**{f: getattr(fl, f) for f in fl.__dataclass_fields__}, "feasible": np.array([False])})
+    causes = ttft_miss_causes(fl, np.array([True]), np.array([6.0]), np.array([5.0]))
+    assert all(np.isnan(v) for v in causes.values())
+
+
 CASES = (
     [pytest.param("W1", {"copies": 1}, seed, id=f"W1 seed {seed}") for seed in (1, 2)]
     + [
@@ -134,3 +160,7 @@ def test_the_oracle_is_never_above_any_policys_gpu_hours(scenario: str, knobs: d
         # a policy that delivered every feasible request is bounded by the all-requests oracle too
         if m["both_attainment_feasible"] == 1.0:
             assert b.full.o1_gpuh <= total + 1e-9, r.policy
+        # every feasible TTFT miss has exactly one cause
+        causes = m["ttft_miss_causes_feasible"]
+        assert all(v >= 0 for v in causes.values()), r.policy
+        assert sum(causes.values()) == pytest.approx(1.0 - m["ttft_attainment_feasible"], abs=1e-12), r.policy

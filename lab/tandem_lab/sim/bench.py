@@ -388,6 +388,15 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _miss_causes(m: dict[str, Any]) -> str:
+    """The feasible requests' TTFT misses by cause (``tandem_lab.sim.oracle.ttft_miss_causes``); results
+    written before the split have none."""
+    causes = m.get("ttft_miss_causes_feasible")
+    if not causes:
+        return "–"
+    return " / ".join(_pct(causes[k], 1) for k in ("cache", "wait", "unserved"))
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows)]
 
@@ -416,6 +425,10 @@ def markdown(doc: dict[str, Any]) -> str:
         "realistic ratios are well above 1. **Model O1** is benchmarks.md §4's planning model (M/D/1 headroom, "
         "TPOT-feasible batch, profiled prefill cost): a realistic floor, not a bound.",
         "- `÷ Bx` = this policy's GPU-hours / Bx's GPU-hours (< 1: cheaper than Bx).",
+        "- **TTFT misses** split the feasible requests that missed their TTFT, as shares of all feasible ones: "
+        "*cache* (its own prefill with the hits it really got is already over budget: only a warmer cache saves "
+        "it), *wait* (queued or shared an instance: capacity or a better spread would have saved it), "
+        "*unserved* (rejected, failed or timed out). Only *wait* and *unserved* move with the fleet's size.",
         "",
         "The policies (every one sees the same scraped metrics, load times, router and bounds):",
         "",
@@ -514,6 +527,7 @@ def _scenario_md(sc: str, sd: dict[str, Any]) -> list[str]:
                 _num(m["oracle"]["o1_gpuh"], 1),
                 _num(m["scale_actions_per_hour"], 1),
                 _num(m["gpuh_per_million_good_tokens"], 3),
+                _miss_causes(m),
             ]
             + [
                 ", ".join(
@@ -532,6 +546,7 @@ def _scenario_md(sc: str, sd: dict[str, Any]) -> list[str]:
             "O1 (own)",
             "scale actions/h",
             "GPUh / M good tokens",
+            "TTFT misses: cache / wait / unserved",
             "top decisions",
         ],
         split_rows,

@@ -292,6 +292,36 @@ def request_floors(workload: Workload, params: SimParams, cap: Roofline) -> Requ
     )
 
 
+def ttft_miss_causes(
+    floors: RequestFloors, ok: npt.NDArray[np.bool_], ttft: F64, prefill_s: npt.NDArray[np.floating]
+) -> dict[str, float]:
+    """Why SLO-feasible requests missed their TTFT, as shares of the feasible requests (they add up to the
+    TTFT miss share). Feasibility assumes the infinite-cache hits; a run gets the hits its caches held, so a
+    miss is one of:
+
+    - ``cache``: served late, and its own prefill with the hits it really got, plus P→D and the first decode
+      step, is already over the budget: no amount of capacity saves it, only a warmer cache would;
+    - ``wait``: served late although that floor fits the budget: it queued or shared an instance's compute
+      with other prefills (capacity, or a better spread of the load, would have saved it);
+    - ``unserved``: rejected, failed, errored or timed out.
+
+    This is what tells an autoscaler's misses from a router's: only ``wait`` and ``unserved`` move with the
+    fleet's size. Worked example: budget 1 s, P→D + first step 0.1 s; a request served in 1.4 s whose own
+    prefill took 1.0 s is ``cache`` (1.1 s > 1 s); one whose prefill took 0.3 s is ``wait``."""
+    feasible = floors.feasible
+    n = int(feasible.sum())
+    if n == 0:
+        return {"cache": math.nan, "wait": math.nan, "unserved": math.nan}
+    late = feasible & ok & (ttft > floors.budget_s)
+    own = np.asarray(prefill_s, dtype=np.float64) + floors.pd_s + floors.step1_s
+    cache = late & (own > floors.budget_s)
+    return {
+        "cache": float(cache.sum()) / n,
+        "wait": float((late & ~cache).sum()) / n,
+        "unserved": float((feasible & ~ok).sum()) / n,
+    }
+
+
 def compute_demand(
     workload: Workload,
     params: SimParams,

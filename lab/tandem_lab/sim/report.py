@@ -171,6 +171,14 @@ def results(run: ScenarioRun) -> dict[str, Any]:
     return doc
 
 
+def _miss_split(m: dict[str, Any]) -> str:
+    """Feasible TTFT misses by cause (``tandem_lab.sim.oracle.ttft_miss_causes``)."""
+    causes = m.get("ttft_miss_causes_feasible")
+    if not causes:
+        return "–"
+    return " / ".join(_fmt(causes[k], pct=True) for k in ("cache", "wait", "unserved"))
+
+
 def _fmt(v: Any, pct: bool = False, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
@@ -227,6 +235,7 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         "local / shared hits",
         "429s",
         "scale actions/h",
+        "TTFT misses: cache / wait / unserved",
     ]
     lines = [
         f"# tandem sim — {sc['scenario']} (seed {doc['seed']}, scale {sc['scale']}, compress {sc['compress']})",
@@ -246,7 +255,9 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         _row(bound_row),
         "",
         "SLO-feasible share: requests whose TTFT budget is met on an *idle* instance under the best hit model; "
-        "attainment above it is impossible for any policy.",
+        "attainment above it is impossible for any policy. TTFT misses of feasible requests by cause: *cache* "
+        "(the request's own prefill with the hits it got is over budget), *wait* (queued or shared an "
+        "instance), *unserved* (rejected, failed, timed out); only the last two move with the fleet's size.",
         "",
         "## Policies",
         "",
@@ -275,6 +286,7 @@ def summary_markdown(doc: dict[str, Any]) -> str:
             hits,
             str(m["rejected_429"]),
             _fmt(m["scale_actions_per_hour"], digits=1),
+            _miss_split(m),
         ]
         lines.append(_row(cells))
     lines += [

@@ -33,7 +33,7 @@ from tandem_lab.sim.engine import (
     Simulation,
 )
 from tandem_lab.sim.metrics import DECODE, PREFILL
-from tandem_lab.sim.oracle import Bounds, compute_bounds, request_floors, served_bounds
+from tandem_lab.sim.oracle import Bounds, compute_bounds, request_floors, served_bounds, ttft_miss_causes
 from tandem_lab.sim.physics import Roofline, ttft_budgets
 from tandem_lab.sim.policies import PolicyContext, canonical, make_policy
 from tandem_lab.sim.profile import Profile, planning_profile, profile_fleet
@@ -417,6 +417,7 @@ def summarize(
         "ttft_attainment_feasible": share(ttft_ok, feasible),
         "tpot_attainment_feasible": share(tpot_ok, feasible),
         "both_attainment_feasible": share(both, feasible),
+        "ttft_miss_causes_feasible": ttft_miss_causes(fl, ok, result.ttft, result.prefill_s),
         "worst_window_ttft": worst_ttft,
         "worst_window_tpot": worst_tpot,
         "worst_window_both": worst_both,
