@@ -411,6 +411,21 @@ class WorkState:
     decode_correction: float = 1.0
 
 
+def last_work_need(state: AutoscaleState | None, now: float, max_age_s: float) -> tuple[float, float] | None:
+    """The per-role instances (prefill, decode) work planning's last evaluation needed, with its correction and
+    headroom: what a pool of any shape must hold for the autoscaler not to scale up. None without work planning
+    or when that evaluation is older than ``max_age_s`` (the autoscaler has stopped answering: its last need is
+    no reason to hold anything). Example: an evaluation 20 s ago needed 7.4 prefill and 3.1 decode instances
+    → (7.4, 3.1); the same one 10 minutes ago with a 60 s limit → None."""
+    work = None if state is None else state.work
+    if work is None or not work.prefill.samples or not work.decode.samples:
+        return None
+    (at_p, need_p), (at_d, need_d) = work.prefill.samples[-1], work.decode.samples[-1]
+    if now - min(at_p, at_d) > max_age_s:
+        return None
+    return need_p, need_d
+
+
 @dataclass(frozen=True, slots=True)
 class AutoscaleState:
     """Everything the policy remembers between calls. Empty after an operator restart (by design).
@@ -1264,4 +1279,5 @@ __all__ = [
     "compute_desired_pairs",
     "compute_role_ratio",
     "equivalent_pairs",
+    "last_work_need",
 ]

@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Final
 
 from tandem.api.common import Condition
 from tandem.api.labels import (
@@ -74,6 +75,7 @@ from tandem.core.autoscale import (
     compute_desired_pairs,
     compute_role_ratio,
     equivalent_pairs,
+    last_work_need,
 )
 from tandem.core.converge import Bounds, highest_first, next_moves
 from tandem.core.drains import DRAIN_POLL_SECONDS, streams_closed
@@ -127,6 +129,11 @@ ENGINE_PORT = 8000
 REASON_EVAL_JOB_CREATED = "EvalJobCreated"
 STEADY_RESYNC_SECONDS = 300.0
 BUSY_REQUEUE_SECONDS = 5.0
+
+
+NEED_MAX_AGE_EVALUATIONS: Final = 3
+"""A reshape keeps its replacement group for work planning's last need only while that need is at most this many
+autoscaling intervals old (``tandem.core.reshape``)."""
 
 
 @dataclass(frozen=True)
@@ -493,7 +500,21 @@ def _reshape(
     steady = (decision.canary in (None, stable)) and not others and targets.get(stable, 0) == spec.pairs.replicas
     live = sum(1 for p in pairs if p.live and p.revision == stable)
     room = _surge_room(snapshot, desired_spec, 0, live) if steady else 0
-    return reshape_surge(pairs, revision=stable, target=target, replicas=spec.pairs.replicas, steady=steady, room=room)
+    need = None
+    if spec.autoscaling.enabled:
+        # a need older than a few evaluations is no reason to keep a group (the autoscaler stopped answering)
+        max_age_s = NEED_MAX_AGE_EVALUATIONS * parse_duration(spec.autoscaling.interval)
+        need = last_work_need(snapshot.autoscale_state, snapshot.now.timestamp(), max_age_s)
+    return reshape_surge(
+        pairs,
+        revision=stable,
+        target=target,
+        replicas=spec.pairs.replicas,
+        steady=steady,
+        room=room,
+        need=need,
+        at_max_pairs=spec.pairs.replicas >= spec.autoscaling.max_pairs,
+    )
 
 
 def _off_counts(pairs: list[PairView], stable: str, actions: _PairActions) -> tuple[int, int]:

@@ -12,6 +12,12 @@ The pool's P:D (``spec.pairs.{prefill,decode}.instances``) is the *target shape*
   (:func:`reshape_surge`): the planner asks for one more group of the stable revision, and once it is Ready the
   usual scale-down drains an off-target one. Capacity never drops, no canary analysis runs (the stack did not
   change), and only off-target groups reload.
+- a new shape can hold fewer instances of one role than the group it replaces (1P:3D → 1P:1D): the drain
+  waits while the groups left would hold fewer instances of a role than work planning's last evaluation needed
+  (``tandem.core.autoscale.last_work_need``). That evaluation counted the groups as they are
+  (``tandem.core.capacity.groups_for``), so it asks for one more group at its next pass; the replacement is
+  kept until then instead of leaving the role short for a model load. Not at ``maxPairs`` (no more groups can
+  come: the drain goes ahead) and not on a need older than a few evaluations.
 
 Why not add or remove instances inside a group: a 1P:1D group fills one 8-GPU node, so an added instance
 would land on another node and send P→D over the NIC (the pair invariant is one node, one revision). Why not
@@ -50,6 +56,8 @@ def reshape_surge(
     replicas: int,
     steady: bool,
     room: int,
+    need: tuple[float, float] | None = None,
+    at_max_pairs: bool = False,
 ) -> ReshapeDecision:
     """Whether to ask for one more group of ``revision`` (the stable one) to replace an off-target group.
 
@@ -60,6 +68,9 @@ def reshape_surge(
     - A draining group of the pool: 0 (the previous replacement is still finishing: one group at a time).
     - ``replicas`` live groups, all Ready, room for one more: 1 (create the replacement).
     - ``replicas + 1`` live with a target-shaped group not Ready yet: 1 (keep it while it loads).
+    - ``replicas + 1`` Ready, and the groups left after that drain would hold fewer instances of a role than
+      ``need`` (work planning's last per-role need), not ``at_max_pairs``: 1 (keep the replacement until the
+      autoscaler adds a group; module docstring).
     - Otherwise 0: with ``replicas + 1`` Ready the usual scale-down drains one, off-target first
       (:func:`drain_order`).
 
@@ -76,11 +87,30 @@ def reshape_surge(
     loading = [p for p in live if p.counts == target and not p.ready]
     if len(live) == replicas + 1 and loading:
         return ReshapeDecision(1, off, "a replacement group is loading")
+    if len(live) == replicas + 1 and need is not None and not at_max_pairs:
+        short = _short_after_drain(live, target, need)
+        if short:
+            return ReshapeDecision(1, off, short)
     if len(live) == replicas and all(p.ready for p in live):
         if room < 1:
             return ReshapeDecision(0, off, "no room for a surge group (free GPUs, maxSurge or gpuBudget)")
         return ReshapeDecision(1, off, "replacing one group, surge first")
     return ReshapeDecision(0, off, "")
+
+
+def _short_after_drain(live: Sequence[PairView], target: tuple[int, int], need: tuple[float, float]) -> str:
+    """Why draining the group a scale-down takes first would leave a role short of ``need``, or ""."""
+    drained = max(live, key=lambda p: drain_order(p, target))
+    left = [p for p in live if p is not drained]
+    for role, i in (("prefill", 0), ("decode", 1)):
+        have = sum(p.counts[i] for p in left)
+        if have < need[i] - 1e-9:
+            return (
+                f"keeping the replacement: draining a {drained.counts[0]}P:{drained.counts[1]}D group would leave "
+                f"{have} {role} instances where the last evaluation needed {need[i]:.1f}; the autoscaler adds a "
+                "group first"
+            )
+    return ""
 
 
 def drain_order(pair: PairView, target: tuple[int, int]) -> tuple[bool, int]:

@@ -12,8 +12,16 @@ import pytest
 
 from tandem.api.labels import parse_shape, shape_text
 from tandem.api.revision import revision_spec, same_stack
-from tandem.core.autoscale import MetricsSnapshot, ScaleContext, compute_desired_pairs
-from tandem.core.observed import ObservedPod
+from tandem.core.autoscale import (
+    AutoscaleState,
+    MetricsSnapshot,
+    ScaleContext,
+    WorkState,
+    compute_desired_pairs,
+    last_work_need,
+)
+from tandem.core.capacity import ForecastState
+from tandem.core.observed import ObservedPod, Snapshot
 from tandem.core.pairs import PairView
 from tandem.core.plan import plan_pool
 from tandem.core.reasons import REASON_RESHAPING
@@ -230,6 +238,27 @@ def test_reshape_surge(pairs: list[PairView], steady: bool, room: int, extra: in
     assert got.extra == extra
 
 
+@pytest.mark.parametrize(
+    ("need", "at_max", "extra"),
+    [
+        pytest.param(None, False, 0, id="no work planning: drain"),
+        pytest.param((2.0, 5.0), False, 1, id="draining a 1P:3D group leaves 4 decode of 5: keep"),
+        pytest.param((3.0, 4.0), False, 1, id="prefill would be short: keep"),
+        pytest.param((2.0, 4.0), False, 0, id="4 decode left cover 4: drain"),
+        pytest.param((2.0, 5.0), True, 0, id="at maxPairs: drain"),
+    ],
+)
+def test_reshape_surge_keeps_a_ready_replacement_while_the_drain_would_leave_a_role_short(
+    need: tuple[float, float] | None, at_max: bool, extra: int
+) -> None:
+    pairs = [_pair(0, (1, 3)), _pair(1, (1, 3)), _pair(2, (1, 1))]
+    got = reshape_surge(
+        pairs, revision="r1", target=(1, 1), replicas=2, steady=True, room=0, need=need, at_max_pairs=at_max
+    )
+    assert got.extra == extra
+    assert got.off_shape == 2
+
+
 def test_drain_order_takes_off_target_groups_first_then_the_highest_index() -> None:
     pairs = [_pair(0, (1, 1)), _pair(1, (2, 1)), _pair(2, (1, 1)), _pair(3, (2, 1))]
     order = sorted(pairs, key=lambda p: drain_order(p, (2, 1)), reverse=True)
@@ -254,3 +283,53 @@ def test_the_autoscaler_is_told_each_groups_own_shape_in_keep_order(monkeypatch:
     assert len(seen) == 1
     assert seen[0].shape == (2, 1)
     assert seen[0].group_shapes == ((2, 1), (1, 1), (1, 1), (1, 1))
+
+
+def _need_state(at: float, prefill: float, decode: float) -> AutoscaleState:
+    """Work planning's state after one evaluation at ``at`` that needed these instances."""
+    return AutoscaleState(
+        work=WorkState(prefill=ForecastState(samples=((at, prefill),)), decode=ForecastState(samples=((at, decode),)))
+    )
+
+
+@pytest.mark.parametrize(
+    ("need", "max_pairs", "age_s", "settled"),
+    [
+        pytest.param((2.0, 5.0), 8, 0.0, {(1, 3): 2, (1, 1): 1}, id="decode would be short: keep the replacement"),
+        pytest.param((2.0, 4.0), 8, 0.0, {(1, 3): 1, (1, 1): 2}, id="the first drain leaves 4 decode: only it"),
+        pytest.param((2.0, 5.0), 2, 0.0, {(1, 1): 2}, id="at maxPairs no group can come: drain"),
+        pytest.param((2.0, 5.0), 8, 600.0, {(1, 1): 2}, id="a need older than 3 evaluations: drain"),
+    ],
+)
+def test_a_replacement_with_fewer_instances_of_a_role_waits_for_the_need(
+    need: tuple[float, float], max_pairs: int, age_s: float, settled: dict[tuple[int, int], int]
+) -> None:
+    """1P:3D → 1P:1D lowers decode by 2 per group: an off-target group is drained only while the groups left
+    still hold work planning's last need (``tandem.core.reshape``), else the replacement stays until the
+    autoscaler adds a group (at its next evaluation, which counts the groups as they are)."""
+    world = converged(2, (1, 3), nodes=3)  # a 1P:3D group of 2-GPU instances fills an 8-GPU node: room for one
+    autoscaling = {"enabled": True, "minPairs": 1, "maxPairs": max_pairs, "interval": "30s"}
+    world.set_spec(make_pool().pairs(2, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
+    plain = World.snapshot
+
+    def with_need(w: World) -> Snapshot:
+        return replace(plain(w), autoscale_state=_need_state(w.now.timestamp() - age_s, *need))
+
+    world.snapshot = lambda: with_need(world)  # type: ignore[method-assign]
+    world.run_until(lambda w: shapes(w) == Counter(settled) and all(p.ready for p in w.pods.values()), 200)
+    for _ in range(20):  # and it stays there
+        world.tick()
+    assert shapes(world) == Counter(settled)
+    assert world.ready_pairs() >= 2
+    if settled[(1, 1)] < 2:
+        # the autoscaler's next evaluation (which counts the groups as they are) asks for one more: the cycle goes on
+        world.set_spec(make_pool().pairs(3, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
+        world.run_until(lambda w: shapes(w)[(1, 1)] > settled[(1, 1)], 200)
+
+
+def test_last_work_need_reads_the_last_evaluation_while_it_is_fresh() -> None:
+    state = _need_state(1000.0, 7.4, 3.1)
+    assert last_work_need(state, 1020.0, 90.0) == (7.4, 3.1)
+    assert last_work_need(state, 1600.0, 90.0) is None  # the autoscaler stopped answering
+    assert last_work_need(AutoscaleState(), 1000.0, 90.0) is None  # no work planning
+    assert last_work_need(None, 1000.0, 90.0) is None
