@@ -399,6 +399,16 @@ def groups_for(prefill: float, decode: float, shape: tuple[int, int], kept: Sequ
     return len(kept) + pairs_for(max(0.0, prefill - have_p), max(0.0, decode - have_d), shape)
 
 
+def instances_for(prefill: float, decode: float, shape: tuple[int, int], kept: Sequence[tuple[int, int]] = ()) -> int:
+    """Instances (both roles) of the groups :func:`groups_for` counts: the first of ``kept`` in keep order, then
+    groups of ``shape``. What a fleet of that mix costs for this need, to compare with ``shape`` alone.
+    Example: need 4P and 4D, kept four 1P:1D, shape 2P:1D → 8 (the four kept groups); with nothing kept → 12
+    (four 2P:1D groups for the 4 decode instances)."""
+    n = groups_for(prefill, decode, shape, kept)
+    sizes = [p + d for p, d in kept[:n]]
+    return sum(sizes) + (n - len(sizes)) * (shape[0] + shape[1])
+
+
 # --- forecast over the lead time -----------------------------------------------------------------
 
 LEVEL_TIME_CONSTANT_S: Final = 60.0

@@ -407,7 +407,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             now.timestamp(),
             hold=decision.status.phase in ("Progressing", "Paused", "RollingBack")
             or bool(actions.creates)
-            or reshape.off_shape > 0,
+            or (reshape.off_shape > 0 and not reshape.settled),
         )
         if ratio.changed:
             reshape_to = ratio.shape

@@ -12,6 +12,11 @@ The pool's P:D (``spec.pairs.{prefill,decode}.instances``) is the *target shape*
   (:func:`reshape_surge`): the planner asks for one more group of the stable revision, and once it is Ready the
   usual scale-down drains an off-target one. Capacity never drops, no canary analysis runs (the stack did not
   change), and only off-target groups reload.
+- with work planning's need known, a replacement starts only while the mix costs more than
+  :data:`TAX_BOUND` over the target shape for that need (``tandem.core.capacity.instances_for``: the instances
+  of the groups the autoscaler would keep, against target-shaped groups alone). A reload is minutes of a
+  group's GPUs; a mix within the bound keeps its groups and takes the target shape as it scales
+  (``settled``: the P:D adjustment is not held for it). Without a need every off-target group is replaced.
 - a new shape can hold fewer instances of one role than the group it replaces (1P:3D → 1P:1D): the drain
   waits while the groups left would hold fewer instances of a role than work planning's last evaluation needed
   (``tandem.core.autoscale.last_work_need``). That evaluation counted the groups as they are
@@ -30,8 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
+from tandem.core.capacity import instances_for
 from tandem.core.pairs import PairView
+
+TAX_BOUND: Final = 0.15
+"""Replace off-target groups only while the mix needs more than 15 % more instances than the target shape for
+the same need (design note 012 §5): below that, a reload costs more than it saves."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,8 @@ class ReshapeDecision:
     extra: int
     off_shape: int
     reason: str
+    settled: bool = False
+    """Off-target groups stay by choice (the mix is within :data:`TAX_BOUND`): no replacement is coming."""
 
 
 def off_shape(pairs: Sequence[PairView], revision: str, target: tuple[int, int]) -> int:
@@ -66,6 +79,8 @@ def reshape_surge(
 
     - Nothing off target, or not steady: 0.
     - A draining group of the pool: 0 (the previous replacement is still finishing: one group at a time).
+    - ``replicas`` live groups, all Ready, and ``need`` given with the mix within :data:`TAX_BOUND` of the
+      target shape: 0, ``settled``.
     - ``replicas`` live groups, all Ready, room for one more: 1 (create the replacement).
     - ``replicas + 1`` live with a target-shaped group not Ready yet: 1 (keep it while it loads).
     - ``replicas + 1`` Ready, and the groups left after that drain would hold fewer instances of a role than
@@ -92,6 +107,18 @@ def reshape_surge(
         if short:
             return ReshapeDecision(1, off, short)
     if len(live) == replicas and all(p.ready for p in live):
+        if need is not None:
+            kept = [p.counts for p in sorted(live, key=lambda p: drain_order(p, target))]
+            mix = instances_for(need[0], need[1], target, kept)
+            alone = instances_for(need[0], need[1], target)
+            if mix <= alone * (1 + TAX_BOUND):
+                return ReshapeDecision(
+                    0,
+                    off,
+                    f"the mix needs {mix} instances for the need where {alone} of the target shape would do: "
+                    f"within {TAX_BOUND:.0%}, no replacement",
+                    settled=True,
+                )
         if room < 1:
             return ReshapeDecision(0, off, "no room for a surge group (free GPUs, maxSurge or gpuBudget)")
         return ReshapeDecision(1, off, "replacing one group, surge first")
@@ -119,4 +146,4 @@ def drain_order(pair: PairView, target: tuple[int, int]) -> tuple[bool, int]:
     return pair.counts != target, pair.index
 
 
-__all__ = ["ReshapeDecision", "drain_order", "off_shape", "reshape_surge"]
+__all__ = ["TAX_BOUND", "ReshapeDecision", "drain_order", "off_shape", "reshape_surge"]

@@ -17,6 +17,7 @@ from tandem.core.capacity import (
     decode_need,
     erlang_c,
     groups_for,
+    instances_for,
     mdc_attainment,
     pairs_for,
     prefill_need,
@@ -183,6 +184,22 @@ def test_groups_for_counts_the_groups_a_scale_down_keeps(
     p: float, d: float, shape: tuple[int, int], kept: tuple[tuple[int, int], ...], want: int
 ) -> None:
     assert groups_for(p, d, shape, kept) == want
+
+
+@pytest.mark.parametrize(
+    ("p", "d", "shape", "kept", "want"),
+    [
+        pytest.param(4.0, 4.0, (2, 1), ((1, 1),) * 4, 8, id="the four kept groups"),
+        pytest.param(4.0, 4.0, (2, 1), (), 12, id="target shape alone: four 2P:1D for 4 decode"),
+        pytest.param(6.0, 2.0, (2, 1), ((1, 1),) * 4, 11, id="four kept plus one 2P:1D"),
+        pytest.param(2.0, 2.0, (2, 1), ((1, 1),) * 4, 4, id="only the kept groups it counts"),
+        pytest.param(0.0, 0.0, (2, 1), ((1, 1),) * 3, 0, id="nothing"),
+    ],
+)
+def test_instances_for_counts_the_instances_of_the_groups_groups_for_counts(
+    p: float, d: float, shape: tuple[int, int], kept: tuple[tuple[int, int], ...], want: int
+) -> None:
+    assert instances_for(p, d, shape, kept) == want
 
 
 def test_forecast_leads_a_ramp_and_keeps_the_lead_time_peak() -> None:

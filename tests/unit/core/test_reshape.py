@@ -18,6 +18,7 @@ from tandem.core.autoscale import (
     ScaleContext,
     WorkState,
     compute_desired_pairs,
+    compute_role_ratio,
     last_work_need,
 )
 from tandem.core.capacity import ForecastState
@@ -259,6 +260,23 @@ def test_reshape_surge_keeps_a_ready_replacement_while_the_drain_would_leave_a_r
     assert got.off_shape == 2
 
 
+@pytest.mark.parametrize(
+    ("need", "extra", "settled"),
+    [
+        pytest.param(None, 1, False, id="no need known: replace"),
+        pytest.param((4.0, 2.0), 1, False, id="four 1P:1D hold 4P+2D in 8, two 2P:1D in 6: replace"),
+        pytest.param((4.0, 4.0), 0, True, id="four 1P:1D hold 4P+4D in 8, 2P:1D groups take 12: keep"),
+        pytest.param((4.0, 3.0), 0, True, id="8 against 9: keep"),
+    ],
+)
+def test_reshape_surge_replaces_only_above_the_tax_bound(
+    need: tuple[float, float] | None, extra: int, settled: bool
+) -> None:
+    pairs = [_pair(i, (1, 1)) for i in range(4)]
+    got = reshape_surge(pairs, revision="r1", target=(2, 1), replicas=4, steady=True, room=1, need=need)
+    assert (got.extra, got.settled, got.off_shape) == (extra, settled, 4)
+
+
 def test_drain_order_takes_off_target_groups_first_then_the_highest_index() -> None:
     pairs = [_pair(0, (1, 1)), _pair(1, (2, 1)), _pair(2, (1, 1)), _pair(3, (2, 1))]
     order = sorted(pairs, key=lambda p: drain_order(p, (2, 1)), reverse=True)
@@ -295,18 +313,21 @@ def _need_state(at: float, prefill: float, decode: float) -> AutoscaleState:
 @pytest.mark.parametrize(
     ("need", "max_pairs", "age_s", "settled"),
     [
-        pytest.param((2.0, 5.0), 8, 0.0, {(1, 3): 2, (1, 1): 1}, id="decode would be short: keep the replacement"),
-        pytest.param((2.0, 4.0), 8, 0.0, {(1, 3): 1, (1, 1): 2}, id="the first drain leaves 4 decode: only it"),
-        pytest.param((2.0, 5.0), 2, 0.0, {(1, 1): 2}, id="at maxPairs no group can come: drain"),
-        pytest.param((2.0, 5.0), 8, 600.0, {(1, 1): 2}, id="a need older than 3 evaluations: drain"),
+        pytest.param((3.0, 1.0), 8, 0.0, {(1, 3): 2, (1, 1): 1}, id="prefill would be short: keep the replacement"),
+        pytest.param((2.0, 1.0), 8, 0.0, {(1, 1): 2}, id="the groups left cover the need: drain"),
+        pytest.param((3.0, 1.0), 2, 0.0, {(1, 1): 2}, id="at maxPairs no group can come: drain"),
+        pytest.param((3.0, 1.0), 8, 600.0, {(1, 1): 2}, id="a need older than 3 evaluations: drain"),
+        pytest.param((2.0, 5.0), 8, 0.0, {(1, 3): 2}, id="the mix is cheaper for this need: no replacement"),
     ],
 )
-def test_a_replacement_with_fewer_instances_of_a_role_waits_for_the_need(
+def test_a_replacement_waits_for_the_need_and_only_pays_off_above_the_tax_bound(
     need: tuple[float, float], max_pairs: int, age_s: float, settled: dict[tuple[int, int], int]
 ) -> None:
-    """1P:3D → 1P:1D lowers decode by 2 per group: an off-target group is drained only while the groups left
-    still hold work planning's last need (``tandem.core.reshape``), else the replacement stays until the
-    autoscaler adds a group (at its next evaluation, which counts the groups as they are)."""
+    """Two 1P:3D groups, target 1P:1D. A replacement starts only while the mix needs more than 15 % more
+    instances than 1P:1D groups for work planning's last need (need 2P+5D: two 1P:3D hold it in 8 instances,
+    five 1P:1D would take 10, so nothing is replaced). Once a replacement is Ready, an off-target group is
+    drained only while the groups left still hold the need (need 3P: one 1P:3D and one 1P:1D hold 2), else the
+    replacement stays until the autoscaler adds a group (``tandem.core.reshape``)."""
     world = converged(2, (1, 3), nodes=3)  # a 1P:3D group of 2-GPU instances fills an 8-GPU node: room for one
     autoscaling = {"enabled": True, "minPairs": 1, "maxPairs": max_pairs, "interval": "30s"}
     world.set_spec(make_pool().pairs(2, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
@@ -321,10 +342,30 @@ def test_a_replacement_with_fewer_instances_of_a_role_waits_for_the_need(
         world.tick()
     assert shapes(world) == Counter(settled)
     assert world.ready_pairs() >= 2
-    if settled[(1, 1)] < 2:
+    assert world.pool.status is not None and world.pool.status.pairs.off_shape == settled.get((1, 3), 0)
+    if settled.get((1, 1)) == 1:
         # the autoscaler's next evaluation (which counts the groups as they are) asks for one more: the cycle goes on
         world.set_spec(make_pool().pairs(3, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
-        world.run_until(lambda w: shapes(w)[(1, 1)] > settled[(1, 1)], 200)
+        world.run_until(lambda w: shapes(w) == Counter({(1, 1): 3}), 300)
+
+
+def test_a_mix_kept_within_the_tax_bound_does_not_hold_the_pd_adjustment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off-target groups normally hold the next P:D choice until they are replaced; groups kept by choice
+    (``settled``) would hold it forever, so they do not."""
+    world = converged(2, (1, 3), nodes=3)
+    autoscaling = {"enabled": True, "minPairs": 1, "maxPairs": 8, "interval": "30s"}
+    world.set_spec(make_pool().pairs(2, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
+    holds: list[bool] = []
+
+    def spy(*args: object, hold: bool, **kwargs: object) -> object:
+        holds.append(hold)
+        return compute_role_ratio(*args, hold=hold, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("tandem.core.plan.compute_role_ratio", spy)
+    snapshot = replace(world.snapshot(), scaling_metrics=MetricsSnapshot())
+    plan_pool(replace(snapshot, autoscale_state=_need_state(world.now.timestamp(), 2.0, 5.0)))  # within the bound
+    plan_pool(replace(snapshot, autoscale_state=_need_state(world.now.timestamp(), 2.0, 1.0)))  # to be replaced
+    assert holds == [False, True]
 
 
 def test_last_work_need_reads_the_last_evaluation_while_it_is_fresh() -> None:
