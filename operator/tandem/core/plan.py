@@ -132,8 +132,9 @@ BUSY_REQUEUE_SECONDS = 5.0
 
 
 NEED_MAX_AGE_EVALUATIONS: Final = 3
-"""A reshape keeps its replacement group for work planning's last need only while that need is at most this many
-autoscaling intervals old (``tandem.core.reshape``)."""
+"""A reshape reads work planning's last need (to keep a Ready replacement while a drain would leave a role short,
+or to skip a replacement that would not pay) only while that need is at most this many autoscaling intervals old
+(``tandem.core.reshape``)."""
 
 
 @dataclass(frozen=True)
