@@ -112,12 +112,12 @@ class PrefixCache:
         lru = self._lru
         move = lru.move_to_end
         head_end = min(len(blocks), start + present)
-        for i in range(len(blocks) - 1, head_end - 1, -1):
-            b = blocks[i]
-            if b in lru:
-                move(b)
-            else:
-                lru[b] = None
+        # the tail, last block first: each present block moves to the end, each new one is appended. Popping
+        # them all and re-adding in that order ends in the same order (a prompt's chained ids are distinct),
+        # in two C-level passes instead of a Python loop over every block of a long prompt
+        tail = blocks[head_end:][::-1]
+        deque(map(lru.pop, tail, repeat(None)), maxlen=0)
+        lru.update(zip(tail, repeat(None)))
         if head_end > start:
             head = blocks[start:head_end]
             try:

@@ -37,7 +37,9 @@ class PairCounts(ApiModel):
     """Instances waiting for GPUs (Pending pods)."""
     off_shape: Count = 0
     """Live pair groups of the stable revision built with another P:D than spec.pairs (they keep their shape
-    after a P:D change and are replaced one at a time, surge first, while nothing else moves)."""
+    after a P:D change and are replaced one at a time, surge first, while nothing else moves; with autoscaling,
+    only while the mix needs over 15 % more instances than the pool's P:D would). The Progressing condition's
+    message says which: replacing, waiting for room, or kept."""
     summary: Annotated[str, Field(max_length=32)] = "0/0"
     """Ready/desired, as printed by `kubectl get tpool`."""
 

@@ -333,7 +333,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
     table = build_table(snapshot, actions.final_pairs(), decision, now)
 
     # 6. status, and an Event whenever Ready or Degraded flips (never one per pass)
-    status = summarize(snapshot, actions, decision, table, revisions, generation)
+    status = summarize(snapshot, actions, decision, table, revisions, generation, reshape)
     if all_verdicts:
         stable_key = (revisions[stable].stack.version, stable) if stable in revisions else None
         status = status.model_copy(
@@ -537,6 +537,17 @@ def _kept_shapes(actions: _PairActions) -> tuple[tuple[int, int], ...]:
     ]
     keys += [((False, index), target) for index in actions.new_pairs]
     return tuple(shape for _, shape in sorted(keys))
+
+
+def _off_shape_note(reshape: ReshapeDecision | None, actions: _PairActions) -> str:
+    """``; N pair group(s) off the pool's P:D (xP:yD): <why>`` for the Progressing message, or "".
+
+    Level-based: the text depends only on this pass's state (the groups, room, the autoscaler's last need), so
+    an unchanged pool writes an unchanged condition."""
+    if reshape is None or reshape.off_shape == 0 or not reshape.reason:
+        return ""
+    shape = _shape_name(actions.target_shape)
+    return f"; {reshape.off_shape} pair group(s) off the pool's P:D ({shape}): {reshape.reason}"
 
 
 def _shape_name(shape: tuple[int, int]) -> str:
@@ -1126,8 +1137,11 @@ def summarize(
     table: RoutingTable,
     revisions: dict[str, RevisionSpec],
     generation: int,
+    reshape: ReshapeDecision | None = None,
 ) -> InferencePoolStatus:
-    """The status this pass reports (pure)."""
+    """The status this pass reports (pure). ``reshape``: step 1d's answer, whose reason the Progressing
+    condition carries while groups are off the pool's P:D (``status.pairs.offShape`` alone does not say whether
+    a replacement is coming, waiting for room, or not coming because the mix is within the tax bound)."""
     pool = snapshot.pool
     spec = pool.spec
     now = snapshot.now
@@ -1228,13 +1242,14 @@ def summarize(
             c.CONDITION_PROGRESSING,
             "True",
             c.REASON_SCALING,
-            f"{len(ready)}/{replicas} pairs ready, {len(draining)} draining",
+            f"{len(ready)}/{replicas} pairs ready, {len(draining)} draining" + _off_shape_note(reshape, actions),
             now,
             gen,
         )
     else:
         reason = c.REASON_ROLLED_BACK if decision.status.phase == "RolledBack" else c.REASON_STEADY
         message = decision.status.message if decision.status.phase == "RolledBack" else "pool at its declared size"
+        message += _off_shape_note(reshape, actions)
         conditions = c.set_condition(conditions, c.CONDITION_PROGRESSING, "False", reason, message, now, gen)
 
     problems: list[tuple[str, str]] = []

@@ -90,6 +90,11 @@ def test_without_room_groups_keep_their_shape_and_a_scale_down_drains_them_first
     plan = world.tick()
     assert plan.creates == () and plan.deletes == ()  # no free GPUs: nothing is replaced, nothing lost
     assert plan.status.pairs.off_shape == 4 and world.ready_pairs() == 4
+    # the Progressing condition says why the groups stay as they are (offShape alone does not)
+    progressing = next(c for c in plan.status.conditions if c.type == "Progressing")
+    assert progressing.status == "False"
+    assert "4 pair group(s) off the pool's P:D (2P:1D)" in progressing.message
+    assert "no room for a surge group" in progressing.message
     # a lost pod comes back in its group's shape (1P:1D), not the pool's new one
     victim = next(p for p in world.pods.values() if p.role == "prefill" and p.pair_index == 1)
     world.delete_pod(victim.name)
@@ -343,6 +348,11 @@ def test_a_replacement_waits_for_the_need_and_only_pays_off_above_the_tax_bound(
     assert shapes(world) == Counter(settled)
     assert world.ready_pairs() >= 2
     assert world.pool.status is not None and world.pool.status.pairs.off_shape == settled.get((1, 3), 0)
+    progressing = next(c for c in world.pool.status.conditions if c.type == "Progressing")
+    kept_by_choice = "within 15%, no replacement" in progressing.message
+    assert kept_by_choice == (settled == {(1, 3): 2})  # only the cheaper mix is kept by choice, and status says so
+    world.tick(30.0)
+    assert plan_pool(world.snapshot()).status == world.pool.status  # a quiet pass writes an unchanged status
     if settled.get((1, 1)) == 1:
         # the autoscaler's next evaluation (which counts the groups as they are) asks for one more: the cycle goes on
         world.set_spec(make_pool().pairs(3, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
