@@ -268,7 +268,7 @@ def _mean_variances(
     between1 = pair_mean_variance(pairs.canary)
     if between1 is not None and between1 > var1:
         var1, f1 = between1, float(k1 - 1)
-    one_pair = one_pair_variance(pairs.stable)
+    one_pair = one_pair_variance(pairs.stable, between2)
     if one_pair is not None:
         sizes = [n for n, _ in pairs.canary if n > 0] or [n1]
         borrowed = one_pair * scale * scale * sum(n * n for n in sizes) / sum(sizes) ** 2

@@ -392,7 +392,7 @@ def pair_mean_variance(pairs: Sequence[tuple[float, float]]) -> float | None:
     return k / (k - 1) * sum((s - mean * n) ** 2 for n, s in used) / (total_n * total_n)
 
 
-def one_pair_variance(pairs: Sequence[tuple[float, float]]) -> float | None:
+def one_pair_variance(pairs: Sequence[tuple[float, float]], between: float | None = None) -> float | None:
     """The variance of one pair's mean latency, from the spread of the revision's pairs, or None with fewer than two
     pairs that served requests: ``V̂·N²/Σn_i²`` with ``V̂`` from :func:`pair_mean_variance`, which estimates
     ``σ_b²·Σn_i²/N² + σ_w²/N`` (``σ_b²`` the pair's own effect — its queue, its cache —, ``σ_w²`` the requests'),
@@ -401,9 +401,10 @@ def one_pair_variance(pairs: Sequence[tuple[float, float]]) -> float | None:
     of the same pairs, so its mean varies this much (with pairs of similar size: the router gives each the same
     share of keys).
     Example: stable pairs as in :func:`pair_mean_variance` (V̂ = 0.0049 s², three pairs of 900) → ``0.0147 s²``
-    (one pair's mean has sd 121 ms).
+    (one pair's mean has sd 121 ms). ``between``: :func:`pair_mean_variance` of ``pairs`` when the caller has it.
     """
-    between = pair_mean_variance(pairs)
+    if between is None:
+        between = pair_mean_variance(pairs)
     if between is None:
         return None
     sizes = [n for n, _ in pairs if n > 0]
