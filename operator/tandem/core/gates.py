@@ -775,6 +775,9 @@ def evaluate_gate(
         reason = (
             BASELINE_PREFIX + stopped.reason if is_stable and stopped.verdict == VERDICT_NO_DATA else stopped.reason
         )
+        if stopped.shown:  # what stopped it (e.g. "-5 hits of 3.2e+05 tokens"): the value columns show the gate's
+            who = "stable" if is_stable else "canary"
+            condition = _clip(f"{condition}; {who} {stopped.shown}".lstrip("; "), _CONDITION_CHARS)
         assert stopped.verdict is not None
         return verdict(stopped.verdict, reason, c, b)
     summary = comparison.summary + (f", step look {window.look}" if gate.compare.window == "Step" else "")

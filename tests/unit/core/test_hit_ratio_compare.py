@@ -178,6 +178,19 @@ def test_bad_counts_hold_the_step(canary: g.SampleResults, stable: g.SampleResul
     assert verdict(canary, stable)[:2] == want
 
 
+@pytest.mark.parametrize(
+    ("canary", "stable", "shown"),
+    [
+        pytest.param(arm(40, 0.0, 0.0), STABLE, "canary 0 hits of 0 tokens", id="no tokens looked up"),
+        pytest.param(arm(40, 320e3, -5.0), STABLE, "canary -5 hits of 320000 tokens", id="negative hits"),
+        pytest.param(arm(40, 320e3, 0.0), arm(700, -1.0, 0.0), "stable 0 hits of -1 tokens", id="stable's"),
+    ],
+)
+def test_bad_counts_are_shown_in_the_condition(canary: g.SampleResults, stable: g.SampleResults, shown: str) -> None:
+    """The held verdict says which arm's counts stopped it, and what they were (the gate's value columns cannot)."""
+    assert shown in verdict(canary, stable)[2]
+
+
 def test_the_comparison_needs_the_pools_longest_prompt() -> None:
     with pytest.raises(ValueError, match="longest prompt"):
         verdict(arm(40, 320e3, 0.0), STABLE, q_max=None)
