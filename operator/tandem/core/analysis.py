@@ -235,7 +235,10 @@ def evaluate_step(
             + _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}),
         )
     if streak >= spec.success_streak:
-        return done(Outcome.PASSED, REASON_SUCCESS_STREAK, f"{streak} consecutive evaluations with every gate Success")
+        tolerated = f" (after {failures} failed evaluation(s), within failureLimit {spec.failure_limit})" if failures else ""
+        return done(
+            Outcome.PASSED, REASON_SUCCESS_STREAK, f"{streak} consecutive evaluations with every gate Success{tolerated}"
+        )
     if holding:
         return done(Outcome.CONTINUE, REASON_HOLDING_NO_DATA, _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}))
     return done(

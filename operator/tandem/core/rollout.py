@@ -419,7 +419,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
                     Event(
                         EVENT_NORMAL,
                         REASON_ANALYSIS_PASSED,
-                        f"step {status.step}: every gate passed {result.message}".strip(),
+                        f"step {status.step}: analysis passed: {result.message}".rstrip(": "),
                     )
                 )
             elif result.outcome == "Failed":

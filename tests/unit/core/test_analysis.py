@@ -125,6 +125,17 @@ def test_evaluate_step(steps: list[tuple[float, list[str]]], want_outcome: a.Out
     assert last.evaluated
 
 
+def test_a_pass_says_how_many_failures_the_step_tolerated() -> None:
+    """AnalysisPassed's text: "every gate Success" is only the last streak; a step that passed after Failures
+    within failureLimit says so."""
+    clean = run([(60, [S, S]), (90, [S, S]), (120, [S, S])])[-1]
+    assert clean.outcome is a.Outcome.PASSED
+    assert clean.message == "3 consecutive evaluations with every gate Success"
+    after = run([(60, [S, F]), (90, [S, S]), (120, [S, S]), (150, [S, S])])[-1]
+    assert after.outcome is a.Outcome.PASSED
+    assert after.message.endswith("(after 1 failed evaluation(s), within failureLimit 1)")
+
+
 def test_failure_limit_zero_fails_on_the_first_failure_and_minus_one_never() -> None:
     strict = SPEC.model_copy(update={"failure_limit": 0})
     assert run([(60, [F])], strict)[-1].outcome is a.Outcome.FAILED
