@@ -235,10 +235,10 @@ def evaluate_step(
             + _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}),
         )
     if streak >= spec.success_streak:
-        tolerated = f" (after {failures} failed evaluation(s), within failureLimit {spec.failure_limit})" if failures else ""
-        return done(
-            Outcome.PASSED, REASON_SUCCESS_STREAK, f"{streak} consecutive evaluations with every gate Success{tolerated}"
-        )
+        message = f"{streak} consecutive evaluations with every gate Success"
+        if failures:
+            message += f" (after {failures} failed evaluation(s), within failureLimit {spec.failure_limit})"
+        return done(Outcome.PASSED, REASON_SUCCESS_STREAK, message)
     if holding:
         return done(Outcome.CONTINUE, REASON_HOLDING_NO_DATA, _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}))
     return done(
