@@ -775,7 +775,7 @@ def evaluate_gate(
         reason = (
             BASELINE_PREFIX + stopped.reason if is_stable and stopped.verdict == VERDICT_NO_DATA else stopped.reason
         )
-        if stopped.shown:  # what stopped it (e.g. "-5 hits of 3.2e+05 tokens"): the value columns show the gate's
+        if stopped.shown:  # the counts that stopped it ("-5 hits of 320000 tokens"): value/baseline show others
             who = "stable" if is_stable else "canary"
             condition = _clip(f"{condition}; {who} {stopped.shown}".lstrip("; "), _CONDITION_CHARS)
         assert stopped.verdict is not None
