@@ -474,10 +474,10 @@ async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
     assert sum("sum by (pair)" in c.query for c in data) == 4
 
 
-async def test_a_step_window_gate_queries_the_whole_step_and_spends_alpha_over_looks() -> None:
+async def test_a_step_window_gate_queries_the_whole_step_and_runs_the_sequential_errors_test() -> None:
     """``compare.window: Step``: 5 min after the step started (delay 60 s) the errors gate reads ``[4m]`` — the step
-    since its delay — while the per-interval gate keeps ``[1m]``; the comparison runs at look 9's share of α
-    (interval 30 s: looks at 1:00, 1:30, ..., 5:00)."""
+    since its delay — while the per-interval gate keeps ``[1m]``; the step gate's errors are judged by Wald's
+    sequential test at the gate's own α (valid at every look), the interval gate's by Fisher's."""
     now = START + timedelta(minutes=5)
     fake = fp.FakePrometheus(now=lambda: now)
     new, old = _revision("new1"), _revision("old1")
@@ -497,16 +497,14 @@ async def test_a_step_window_gate_queries_the_whole_step_and_spends_alpha_over_l
     data = [c.query for c in fake.calls if not freshness_of(c.query)]
     assert {q for q in data if "[4m]" in q} and {q for q in data if "[1m]" in q}
     assert not {q for q in data if "[4m]" in q and "[1m]" in q}
-    # 9/600 vs 30/6000: Fisher p = 0.0070 < 0.01 (per interval) but ≥ 0.01/90 (look 9: α/(9·10))
+    # 9/600 vs 30/6000: Fisher p = 0.0070 < 0.01 fails a one-window gate; Wald's ln LR against +1 point is
+    # 9·ln(3.0) − 591·0.0101 = 3.82 ≤ ln 100, not yet evidence over a step that is looked at every 30 s.
     assert [(v.name, v.verdict, v.reason) for v in verdicts] == [
         ("errors-step", "Success", "NotSignificantlyWorse"),
         ("errors", "Failure", "SignificantlyWorse"),
     ]
-    assert (
-        "step look 9" in verdicts[0].condition
-        and "0.000111" in verdicts[0].condition
-        and "step look" not in verdicts[1].condition
-    )
+    assert "step look 9" in verdicts[0].condition and "sequential ln LR 3.82 ≤ 4.61" in verdicts[0].condition
+    assert "step look" not in verdicts[1].condition and "sequential" not in verdicts[1].condition
 
 
 async def test_evaluate_metric_gates_pass_is_bounded_when_prometheus_hangs() -> None:

@@ -27,6 +27,13 @@ Rules, for one evaluation with the verdicts of every gate of the step:
    → ``Passed``. NoData and Error never count as Success.
 6. **NoData / Error** in any gate → hold; ``noDataSince`` is set at the first such evaluation and kept
    until an evaluation with none; ``now − noDataSince ≥ noDataDeadline`` → ``NoDataDeadline``.
+   An evaluation with a Failure (below ``failureLimit``) clears ``noDataSince`` even when other gates are
+   NoData: the failure is evidence, and the step should wait for the confirming one rather than apply
+   ``onNoData`` at the moment its evidence arrives. With a power floor (``minPowerPercent``) most gates are
+   NoData for most of a small first step, and a bad canary's first Failure tends to come late in it: without
+   this rule the deadline fired in the very evaluation of that Failure and ``onNoData: Pause`` parked the bad
+   canary in front of its keys (W5 at the full rate, ``bench/results/w5-full-rate-seed1.md``). Each restart
+   costs a Failure, so a step holds at most ``(failureLimit + 1) × noDataDeadline`` plus its evaluations.
 
 Precedence when several apply: Paused, Failed, NoDataDeadline, Passed, Continue.
 
@@ -205,7 +212,9 @@ def evaluate_step(
 
     kinds = {v.verdict for v in verdicts}
     holding = VERDICT_NO_DATA in kinds or VERDICT_ERROR in kinds
-    no_data_since = (no_data_since or now) if holding else None
+    # A Failure is evidence, even beside other gates' NoData: it restarts the NoData clock (rule 6), so a step
+    # whose evidence has just turned against the canary waits for the confirming Failure, not for onNoData.
+    no_data_since = (no_data_since or now) if holding and VERDICT_FAILURE not in kinds else None
 
     invalid = [v for v in verdicts if v.verdict == VERDICT_ERROR and v.reason == REASON_INVALID_QUERY]
     if invalid:

@@ -73,6 +73,8 @@ up and found) are tested; an invalid answer stops the gate by the rules above (s
 the step's ``initialDelay`` ended (``core.gaterun.step_range``), so each look sees the whole step so far,
 and the comparison runs at the look's share of ``α``: ``α/(j(j+1))`` at look ``j``
 (:attr:`SampleWindow.look`, :func:`look_confidence`), which sums to ``α`` over any number of looks.
+An ``ErrorRate`` gate is the exception: it runs Wald's sequential test at the gate's own ``α``, valid at
+every look by construction (``core.comparison``, "Errors, sequential").
 
 The power floor (``compare.minPowerPercent``, off at 0) applies only to a "not worse" answer: a window
 whose test had less than that chance of seeing a canary worse by the gate's effect size
@@ -619,11 +621,13 @@ def _comparison(
     n_canary, n_stable = counts
     confidence = look_confidence(gate.compare.confidence_percent, window.look if gate.compare.window == "Step" else 0)
     if canary.errors is not None:
+        stepped = gate.compare.window == "Step"  # Wald's test: valid at every look without spending α over them
         comparison = compare_error_rates(
             ErrorCounts(n_canary, values[0]),
             ErrorCounts(n_stable, values[1]),
-            confidence_percent=confidence,
+            confidence_percent=gate.compare.confidence_percent if stepped else confidence,
             error_increase=gate.compare.error_increase_permille / 1000.0,
+            sequential=stepped,
         )
     elif canary.prompt_tokens is not None and len(values) == 4:
         if max_prompt_tokens is None:

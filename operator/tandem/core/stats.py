@@ -319,6 +319,30 @@ def errors_power(n1: int, c: int, n2: int, increase: float, alpha: float) -> flo
     return binomial_sf(hi, n1, rate)
 
 
+def errors_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> float:
+    """Wald's log-likelihood ratio of the canary's errors: a rate of stable's + ``increase`` against stable's.
+
+    ``ln Λ = a·ln(p1/p0) + (n1 − a)·ln((1 − p1)/(1 − p0))`` with ``p0 = (c + ½)/(n2 + 1)`` (stable's rate,
+    half an error added so a stable arm without errors still has a rate) and ``p1 = p0 + increase``. Under
+    ``p0`` the ratio ``Λ`` is a non-negative martingale in the canary's requests, so by Ville's inequality it
+    ever reaches ``1/α`` with probability at most ``α``, **however often it is looked at**: the test of a
+    ``window: Step`` errors gate, whose every look sees the step's cumulative counts (docs/design/009).
+    Stable's rate is a plug-in; its arm is many times the canary's, and W5's Monte Carlo at 1.6 canary
+    requests/s (1,000 good canaries, two Failures needed) false-alarmed 3 times.
+
+    Example: stable 47 errors in 10,000 (p0 = 0.475 %), +1 point (p1 = 1.475 %), canary 12 errors in 700:
+    ``12·ln(3.1055) + 688·ln(0.98525/0.99525) = 13.60 − 6.95 = 6.65 ≥ ln 100 = 4.61``: worse at 99 %.
+    """
+    _check_counts(a, n1, c, n2)
+    if not 0.0 < increase < 1.0:
+        raise ValueError(f"need 0 < increase < 1, got {increase}")
+    p0 = (c + 0.5) / (n2 + 1)
+    p1 = min(p0 + increase, 1.0 - 1e-12)
+    if p1 <= p0:
+        return 0.0
+    return a * math.log(p1 / p0) + (n1 - a) * math.log((1.0 - p1) / (1.0 - p0))
+
+
 def mean_power(
     mean2: float,
     var2: float,
@@ -478,6 +502,7 @@ __all__ = [
     "FISHER_MAX_ERRORS",
     "binomial_sf",
     "errors_power",
+    "errors_sprt",
     "fisher_greater",
     "mean_greater",
     "mean_power",

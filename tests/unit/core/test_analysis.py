@@ -303,3 +303,25 @@ def test_a_gap_restarts_the_no_data_clock_but_keeps_failures() -> None:
     last = evs[-1]
     assert last.progress.no_data_since == at(400) and last.progress.failures == 1
     assert last.outcome is a.Outcome.CONTINUE
+
+
+def test_a_failure_beside_no_data_restarts_the_clock_instead_of_meeting_the_deadline() -> None:
+    """W5 at the full rate: with a power floor the other gates are NoData (Underpowered) for the whole first
+    step, and the errors gate's first Failure came in the evaluation at which 2 minutes of NoData ended. That
+    evaluation must not apply onNoData (a paused bad canary keeps its keys): the Failure restarts the clock, and
+    the confirming Failure fails the step."""
+    evs = run([(60, [N, N]), (90, [N, N]), (120, [N, N]), (150, [N, N]), (180, [F, N]), (210, [F, N])])
+    assert [ev.outcome for ev in evs[:4]] == [a.Outcome.CONTINUE] * 4
+    assert evs[4].outcome is a.Outcome.CONTINUE and evs[4].progress.no_data_since is None
+    assert evs[4].progress.failures == 1
+    assert evs[5].outcome is a.Outcome.FAILED and evs[5].reason == "FailureLimitExceeded"
+
+
+def test_after_a_failure_the_no_data_clock_runs_again_and_the_hold_stays_bounded() -> None:
+    """One Failure buys the step one more noDataDeadline, not an endless hold: the clock restarts at the next
+    NoData evaluation, and each restart costs a Failure (failureLimit bounds them)."""
+    evs = run([(60, [N, N]), (180, [F, N])] + [(210 + 30 * i, [N, N]) for i in range(5)])
+    assert evs[1].progress.no_data_since is None
+    assert evs[2].progress.no_data_since == at(210)
+    outcomes = [ev.outcome for ev in evs[2:]]
+    assert outcomes == [a.Outcome.CONTINUE] * 4 + [a.Outcome.NO_DATA_DEADLINE]  # 330 − 210 ≥ 2m
