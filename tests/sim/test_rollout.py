@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from tandem.api.pool import MetricGate
 from tandem.core.promql import template_sample_queries
@@ -21,6 +22,7 @@ from tandem_lab.sim.policies.base import FleetTarget
 from tandem_lab.sim.profile import FixedFleet
 from tandem_lab.sim.scenarios import ScenarioConfig
 from tests.sim.simhelpers import spy_on, tiny_workload
+from tests.support.tandem_cluster import REPO
 
 
 def test_statistical_floor_matches_benchmarks_section_7() -> None:
@@ -404,3 +406,12 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
     verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(-60.0), 15.0, 131_072)
     assert "errors 3/120" in verdicts[0].condition and "step look 7" in verdicts[0].condition
     assert "errors 1/40" in verdicts[1].condition and "step look" not in verdicts[1].condition
+
+
+def test_w5s_example_gate_set_is_the_examples_analysis() -> None:
+    """W5's ``example`` set must be ``examples/speed-pool.yaml``'s analysis: the local-kv-hits gate had drifted to
+    the old ``result >= baseline * 0.9`` after the example moved to the score test. Only the eval Job (no eval
+    image in the simulator) is left out; the steps are W5's own (a 2 % first exposure)."""
+    example = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["analysis"]
+    simulated = load_params().policies.tandem_rollout["analysis"]
+    assert simulated == {k: v for k, v in example.items() if k != "eval"}
