@@ -12,13 +12,14 @@ Rules (α = 1 − ``confidencePercent``/100):
 - **Errors**: worse when Fisher's exact test (the z-test above ``core.stats.FISHER_MAX_ERRORS``) gives
   ``p < α``. Counts are rounded to integers (``increase()`` extrapolates: 39.6 requests → 40).
 - **Errors, sequential** (a ``window: Step`` gate: every look sees the step's cumulative counts): Wald's
-  likelihood ratio ``Λ`` of "stable's rate + ``errorIncreasePermille``" against "stable's rate"
-  (``core.stats.errors_sprt``); worse when ``Λ > 1/α``, at the gate's own ``α`` whatever the look (Ville's
+  likelihood ratio ``Λ`` of "stable's rate + ``errorIncreasePermille``" against "stable's rate", mixed half and
+  half with larger increases (2×, 4×, … the effect) so a gross regression fails at once
+  (``core.stats.errors_mixture_sprt``); worse when ``Λ > 1/α``, at the gate's own ``α`` whatever the look (Ville's
   inequality bounds the false alarms over all looks; ``p = min(1, 1/Λ)``). Its power is Wald's acceptance
   bound ``1 − (1 − α)·Λ``: at ``Λ ≤ β/(1 − α)`` the test accepts "not worse by the effect" with error ≤ β, so a
   power floor of 80 % passes a window exactly where Wald's test would accept. Why not Fisher at
   ``α/(j(j+1))``: at look 20 that level is 0.01/420, and W5's errors canary (+1 point on 0.47 %, 1.6
-  requests/s) needed a median 1,207 canary requests to fail it against 666 for the sequential test (Monte
+  requests/s) needed a median 1,207 canary requests to fail it against 758 for the sequential mixture (Monte
   Carlo, 200 runs each; docs/design/009).
 - **Latency**: two tests, Bonferroni-combined so together they keep ``α``: the rank-sum test over the
   buckets (sees any shift of the distribution that crosses bucket bounds) and a z-test on the means
@@ -61,6 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tandem.core.stats import (
+    errors_mixture_sprt,
     errors_power,
     errors_sprt,
     mean_greater,
@@ -213,10 +215,11 @@ def compare_error_rates(
 
 def _sequential_error_rates(a: int, n1: int, c: int, n2: int, level: float, increase: float) -> Comparison:
     """Wald's sequential test of a step's cumulative errors (module docstring, ``core.stats.errors_sprt``)."""
-    llr = errors_sprt(a, n1, c, n2, increase)
+    llr = errors_mixture_sprt(a, n1, c, n2, increase)  # decides: also quick against a gross regression
     p = min(1.0, math.exp(-llr))
     worse = p < level
-    power = min(1.0, max(0.0, 1.0 - (1.0 - level) * math.exp(llr)))
+    at_effect = errors_sprt(a, n1, c, n2, increase)  # the power is about the named effect
+    power = min(1.0, max(0.0, 1.0 - (1.0 - level) * math.exp(min(at_effect, 700.0))))
     summary = (
         f"errors {a}/{n1} ({_pct(a / n1)}) vs stable {c}/{n2} ({_pct(c / n2)}): "
         f"sequential ln LR {llr:.3g} {'>' if worse else '≤'} {math.log(1.0 / level):.3g}, "

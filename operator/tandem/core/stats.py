@@ -343,6 +343,32 @@ def errors_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> float:
     return a * math.log(p1 / p0) + (n1 - a) * math.log((1.0 - p1) / (1.0 - p0))
 
 
+def errors_mixture_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> float:
+    """``ln`` of a mixture of :func:`errors_sprt` ratios: half the weight on ``increase``, the other half spread
+    evenly over ``2·increase, 4·increase, …`` (while the rate stays below 1).
+
+    A single alternative is weak against a large regression: each error adds at most ``ln(p1/p0)``, so a canary
+    failing 36 % of its requests against stable's 0.5 % crossed ``ln 100`` only after 14 requests at +1 point.
+    A mixture of martingales is a martingale, so Ville's bound still holds; the price is ``ln 2`` on the named
+    effect (≈ 810 instead of ≈ 705 requests expected at +1 point on 0.47 %), and a gross regression
+    fails at its first look. Example: 4 errors in 8 against 0 in 110 → ``ln Λ = 13.9 > ln 100`` (the +1-point
+    ratio alone: 4.64).
+    """
+    _check_counts(a, n1, c, n2)
+    if not 0.0 < increase < 1.0:
+        raise ValueError(f"need 0 < increase < 1, got {increase}")
+    p0 = (c + 0.5) / (n2 + 1)
+    larger = []
+    d = 2 * increase
+    while p0 + d < 1.0:
+        larger.append(d)
+        d *= 2
+    weighted = [(0.5 if larger else 1.0, increase)] + [(0.5 / len(larger), x) for x in larger]
+    terms = [math.log(w) + errors_sprt(a, n1, c, n2, x) for w, x in weighted]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
 def mean_power(
     mean2: float,
     var2: float,
@@ -501,6 +527,7 @@ def ratio_below_power(
 __all__ = [
     "FISHER_MAX_ERRORS",
     "binomial_sf",
+    "errors_mixture_sprt",
     "errors_power",
     "errors_sprt",
     "fisher_greater",

@@ -53,9 +53,20 @@ def first_failure(looks: list[tuple[int, int, int, int]]) -> int | None:
 
 def test_the_worked_example_of_the_docstring() -> None:
     assert stats.errors_sprt(12, 700, 47, 10_000, 0.01) == pytest.approx(6.65, abs=0.005)
-    result = sequential((12, 700, 47, 10_000))
-    assert result.worse and result.p_value == pytest.approx(math.exp(-6.65), rel=0.01)
-    assert "sequential ln LR 6.65 > 4.61" in result.summary and "power 0.00 %" in result.summary
+    result = sequential((12, 700, 47, 10_000))  # decided by the mixture: ln(½·e^6.65 + 1/12·e^5.84 + …) = 6.03
+    assert stats.errors_mixture_sprt(12, 700, 47, 10_000, 0.01) == pytest.approx(6.03, abs=0.005)
+    assert result.worse and result.p_value == pytest.approx(math.exp(-6.03), rel=0.01)
+    assert "sequential ln LR 6.03 > 4.61" in result.summary and "power 0.00 %" in result.summary
+
+
+def test_a_gross_regression_fails_at_its_first_look() -> None:
+    """A single +1-point alternative adds at most ln(p1/p0) per error: 4 errors in 8 against 0 in 110 gave 4.64
+    and 4/11 against 1/154 only 2.77 (the tiny W5 with a 30 % erroring canary held for three looks). The mixture
+    over larger increases sees such a canary at once."""
+    assert stats.errors_sprt(4, 11, 1, 154, 0.01) < math.log(100)
+    assert stats.errors_mixture_sprt(4, 8, 0, 110, 0.01) == pytest.approx(13.93, abs=0.01)
+    assert sequential((4, 11, 1, 154)).worse
+    assert sequential((4, 8, 0, 110)).worse
 
 
 def test_a_good_canary_looked_at_every_30_s_for_30_minutes_false_alarms_at_most_about_alpha() -> None:
