@@ -646,7 +646,7 @@ class GateComparison(ApiModel):
     the confidence is then spent over the step's looks — look j tests at α/(j·(j+1)), which sums to α however long
     the step runs — so looking again at growing data adds no false alarms. ErrorRate gates instead run Wald's
     sequential test against stable's rate + `errorIncreasePermille` at the full α, valid at every look, which needs
-    about half the canary requests to fail a bad version. Keep TTFT gates on Interval when canary caches start
+    about two thirds of the canary requests to fail a bad version. Keep TTFT gates on Interval when canary caches start
     cold: a step window keeps the cold start in every look."""
 
 

@@ -33,7 +33,9 @@ Rules, for one evaluation with the verdicts of every gate of the step:
    NoData for most of a small first step, and a bad canary's first Failure tends to come late in it: without
    this rule the deadline fired in the very evaluation of that Failure and ``onNoData: Pause`` parked the bad
    canary in front of its keys (W5 at the full rate, ``bench/results/w5-full-rate-seed1.md``). Each restart
-   costs a Failure, so a step holds at most ``(failureLimit + 1) × noDataDeadline`` plus its evaluations.
+   costs a Failure, so with ``failureLimit ≥ 0`` a step holds at most ``(failureLimit + 1) × noDataDeadline``
+   plus its evaluations; with ``failureLimit: -1`` (never fail) a step whose gates keep failing stays
+   ``Continue`` instead of reaching the deadline.
 
 Precedence when several apply: Paused, Failed, NoDataDeadline, Passed, Continue.
 

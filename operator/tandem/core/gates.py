@@ -619,13 +619,15 @@ def _comparison(
         if checked.verdict is not None:
             return None, checked, is_stable
     n_canary, n_stable = counts
-    confidence = look_confidence(gate.compare.confidence_percent, window.look if gate.compare.window == "Step" else 0)
+    stepped = gate.compare.window == "Step"
+    # A step's errors run Wald's test, valid at every look; the other step tests spend α over the looks.
+    spends_alpha = stepped and canary.errors is None
+    confidence = look_confidence(gate.compare.confidence_percent, window.look if spends_alpha else 0)
     if canary.errors is not None:
-        stepped = gate.compare.window == "Step"  # Wald's test: valid at every look without spending α over them
         comparison = compare_error_rates(
             ErrorCounts(n_canary, values[0]),
             ErrorCounts(n_stable, values[1]),
-            confidence_percent=gate.compare.confidence_percent if stepped else confidence,
+            confidence_percent=confidence,
             error_increase=gate.compare.error_increase_permille / 1000.0,
             sequential=stepped,
         )

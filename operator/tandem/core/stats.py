@@ -333,14 +333,19 @@ def errors_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> float:
     Example: stable 47 errors in 10,000 (p0 = 0.475 %), +1 point (p1 = 1.475 %), canary 12 errors in 700:
     ``12·ln(3.1055) + 688·ln(0.98525/0.99525) = 13.60 − 6.95 = 6.65 ≥ ln 100 = 4.61``: worse at 99 %.
     """
+    p0 = _sprt_stable_rate(a, n1, c, n2, increase)
+    p1 = min(p0 + increase, 1.0 - 1e-12)
+    if p1 <= p0:  # stable failing all of > 10^11 requests: no worse rate to test against
+        return 0.0
+    return a * math.log(p1 / p0) + (n1 - a) * math.log((1.0 - p1) / (1.0 - p0))
+
+
+def _sprt_stable_rate(a: int, n1: int, c: int, n2: int, increase: float) -> float:
+    """The checked counts' null rate ``p0 = (c + ½)/(n2 + 1)`` of :func:`errors_sprt` (always in (0, 1))."""
     _check_counts(a, n1, c, n2)
     if not 0.0 < increase < 1.0:
         raise ValueError(f"need 0 < increase < 1, got {increase}")
-    p0 = (c + 0.5) / (n2 + 1)
-    p1 = min(p0 + increase, 1.0 - 1e-12)
-    if p1 <= p0:
-        return 0.0
-    return a * math.log(p1 / p0) + (n1 - a) * math.log((1.0 - p1) / (1.0 - p0))
+    return (c + 0.5) / (n2 + 1)
 
 
 def errors_mixture_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> float:
@@ -354,10 +359,7 @@ def errors_mixture_sprt(a: int, n1: int, c: int, n2: int, increase: float) -> fl
     fails at its first look. Example: 4 errors in 8 against 0 in 110 → ``ln Λ = 13.9 > ln 100`` (the +1-point
     ratio alone: 4.64).
     """
-    _check_counts(a, n1, c, n2)
-    if not 0.0 < increase < 1.0:
-        raise ValueError(f"need 0 < increase < 1, got {increase}")
-    p0 = (c + 0.5) / (n2 + 1)
+    p0 = _sprt_stable_rate(a, n1, c, n2, increase)
     larger = []
     d = 2 * increase
     while p0 + d < 1.0:
