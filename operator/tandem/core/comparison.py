@@ -286,29 +286,56 @@ def _pair_count(pairs: tuple[tuple[float, float], ...]) -> int:
     return sum(1 for n, _ in pairs if n > 0)
 
 
+SPREAD_MIN_PAIRS = 10
+"""Stable pairs with requests from which their spread replaces the per-request bucket bound (9 degrees of freedom):
+fewer say too little about a pair's variance to trust it over a bound."""
+SPREAD_FLOOR = 0.01
+"""A measured spread never counts for less than this share of the per-request bound over ``n``: pairs that agree to
+the last digit (a frozen or forged exporter) do not make a mean exact."""
+
+
+def _typical_size(pairs: Sequence[float]) -> float:
+    """``Σn_i²/Σn_i``: the size of the pair whose mean's variance ``core.stats.one_pair_variance`` states."""
+    return sum(n * n for n in pairs) / sum(pairs)
+
+
 def _mean_variances(
     v1: float, n1: float, v2: float, n2: float, pairs: PairLatencies, scale: float
 ) -> tuple[float, float, float]:
     """Each arm's variance of its mean, and the degrees of freedom of their sum (Welch-Satterthwaite).
 
-    Each is at least the per-request bound over ``n`` (no degrees of freedom lost: a bound, not an estimate).
-    Stable's is also at least the variance between its pairs (``k − 1`` degrees of freedom); the canary's at least
-    its own between-pair variance and at least what the spread of stable's pairs implies for the canary's
-    (``core.stats.one_pair_variance`` × ``Σn_i²/N²``; one pair of all ``n`` when the canary's per-pair answer is
-    missing), since a canary on one or two pairs cannot show its own spread."""
+    With fewer than ``SPREAD_MIN_PAIRS`` stable pairs each is at least the per-request bound over ``n`` (no degrees
+    of freedom lost: a bound, not an estimate). Stable's is also at least the variance between its pairs (``k − 1``
+    degrees of freedom); the canary's at least its own between-pair variance and at least what the spread of
+    stable's pairs implies for the canary's (``core.stats.one_pair_variance`` × ``Σn_i²/N²``; one pair of all
+    ``n`` when the canary's per-pair answer is missing), since a canary on one or two pairs cannot show its own
+    spread.
+
+    With ``SPREAD_MIN_PAIRS`` or more stable pairs their spread is measured well enough to replace the bound, which
+    is loose where it matters most: inside vLLM's first TPOT bucket [0, 10 ms] a mean of 1.6 ms allows a
+    per-request sd of 3.7 ms, where W5's 70 stable pairs of ~100 requests showed pair means within sd 0.08–0.18 ms
+    (bench/results/w5-full-rate-seed1-latency.md). Stable's variance is then its between-pair estimate, the
+    canary's the borrowed one (and its own spread once it too has ``SPREAD_MIN_PAIRS`` pairs), scaled up by how much
+    smaller the canary's pairs are than stable's: a pair mean's variance ``σ_b² + σ_w²/n`` grows at most as ``1/n``,
+    and no per-request bound covers the ``σ_w²`` part any more. Neither goes below ``SPREAD_FLOOR`` × its bound."""
     k1, k2 = _pair_count(pairs.canary), _pair_count(pairs.stable)
-    var1, f1 = v1 / n1, math.inf
-    var2, f2 = v2 / n2, math.inf
     between2 = pair_mean_variance(pairs.stable)
+    one_pair = one_pair_variance(pairs.stable, between2)
+    measured = k2 >= SPREAD_MIN_PAIRS and between2 is not None and one_pair is not None
+    floor = SPREAD_FLOOR if measured else 1.0
+    var1, f1 = floor * v1 / n1, math.inf
+    var2, f2 = floor * v2 / n2, math.inf
     if between2 is not None and between2 * scale * scale > var2:
         var2, f2 = between2 * scale * scale, float(k2 - 1)
     between1 = pair_mean_variance(pairs.canary)
-    if between1 is not None and between1 > var1:
+    if between1 is not None and between1 > var1 and (not measured or k1 >= SPREAD_MIN_PAIRS):
         var1, f1 = between1, float(k1 - 1)
-    one_pair = one_pair_variance(pairs.stable, between2)
     if one_pair is not None:
         sizes = [n for n, _ in pairs.canary if n > 0] or [n1]
-        borrowed = one_pair * scale * scale * sum(n * n for n in sizes) / sum(sizes) ** 2
+        smaller = (
+            max(1.0, _typical_size([n for n, _ in pairs.stable if n > 0]) / _typical_size(sizes)) if measured else 1.0
+        )
+        borrowed = one_pair * scale * scale * smaller * sum(n * n for n in sizes) / sum(sizes) ** 2
         if borrowed > var1:
             var1, f1 = borrowed, float(k2 - 1)
     spread = (var1 * var1 / f1 if math.isfinite(f1) else 0.0) + (var2 * var2 / f2 if math.isfinite(f2) else 0.0)
@@ -372,7 +399,10 @@ def compare_latency(
     # The rank statistic's variance, like the difference of means, sums a canary part (∝ 1/n1) and a stable
     # part (∝ 1/n2): each takes its arm's design effect, weighted by its share of 1/n1 + 1/n2.
     n1, n2 = canary.count, stable.count
-    d_rank = (d1 * n2 + d2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
+    # Ranks do not depend on the spread inside a bucket: a design effect below 1 (pairs tighter than the bound) does
+    # not make independent requests' ranks any less variable.
+    r1, r2 = max(1.0, d1), max(1.0, d2)
+    d_rank = (r1 * n2 + r2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
     p_rank = rank_sum_greater(c_counts, s_counts, d_rank, df) if w <= 1.0 else 1.0
     informative = [x for x in (p_rank, p_mean) if x < 1.0]
     p = min(1.0, len(informative) * min(informative)) if informative else 1.0

@@ -27,7 +27,7 @@ from tandem.core.stats import (
     student_t_isf,
     student_t_sf,
 )
-from tandem.enginemetrics import TTFT_BUCKETS
+from tandem.enginemetrics import TPOT_BUCKETS, TTFT_BUCKETS
 from tests.fakes import prometheus as fp
 from tests.unit.core.test_gate_statistics import WINDOW, arm, res, tpot_gate
 
@@ -239,3 +239,69 @@ def test_power_takes_the_canarys_wider_variance_and_the_t_tail() -> None:
     assert base == pytest.approx(0.50, abs=0.01)  # the docstring's example
     assert mean_power(7.0, 21.0, 300, 6000, 1.1, 0.005, var1=84.0) < base
     assert mean_power(7.0, 21.0, 300, 6000, 1.1, 0.005, df=3) < base
+
+
+# --- many stable pairs: their spread replaces the bucket bound (SPREAD_MIN_PAIRS) -------------------------------
+
+
+def _tpot_fleet(
+    rng: random.Random, sizes: list[int], mult: float, pair_sd: float = 0.1
+) -> tuple[LatencyHistogram, tuple[tuple[float, float], ...]]:
+    """One revision's TPOT window as W5's full rate showed it: pair means around 1.6 ms (sd ``pair_sd`` ms between
+    pairs: their batches and contexts differ), requests lognormal around their pair's mean, everything inside vLLM's
+    first TPOT bucket [0, 10 ms]."""
+    counts = [0.0] * (len(TPOT_BUCKETS) + 1)
+    total, per = 0.0, []
+    for n in sizes:
+        centre = max(0.2, rng.gauss(1.6, pair_sd)) * mult / 1000
+        s = 0.0
+        for _ in range(n):
+            x = centre * rng.lognormvariate(-0.02, 0.2)
+            counts[bisect.bisect_left(TPOT_BUCKETS, x)] += 1
+            s += x
+        per.append((float(n), s))
+        total += s
+    cumulative, c = [], 0.0
+    for bound, k in zip((*TPOT_BUCKETS, math.inf), counts, strict=True):
+        c += k
+        cumulative.append((bound, c))
+    return LatencyHistogram(tuple(cumulative), float(sum(sizes)), total), tuple(per)
+
+
+def _tpot_worse(rng: random.Random, stable_pairs: int, mult: float) -> Comparison:
+    """A canary on two pairs of 60 requests each against ``stable_pairs`` of 100, at 99 %, ratio 110 %."""
+    c, cp = _tpot_fleet(rng, [60, 60], mult)
+    s, sp = _tpot_fleet(rng, [100] * stable_pairs, 1.0)
+    return compare_latency(c, s, confidence_percent=99.0, max_mean_ratio_percent=110.0, pairs=PairLatencies(cp, sp))
+
+
+def test_seventy_stable_pairs_measure_the_spread_the_first_tpot_bucket_hides() -> None:
+    """W5 at the full rate: TPOT × 1.3 on a two-pair canary, every request inside [0, 10 ms]. The bucket bound
+    allows a per-request sd of ~3.7 ms around 1.6 ms; 70 stable pairs show their means within ~0.1 ms. With them
+    the test fails the regression in most 30-s windows; with nine stable pairs it keeps the bound and cannot."""
+    rng = random.Random(11)
+    many = [_tpot_worse(rng, 70, 1.3) for _ in range(100)]
+    few = [_tpot_worse(rng, 9, 1.3) for _ in range(100)]
+    assert sum(c.worse for c in many) >= 80, [c.summary for c in many[:3]]
+    assert sum(c.worse for c in few) == 0, [c.summary for c in few[:3]]
+    assert "variance x0.0" in many[0].summary  # far below the per-request bound, and the verdict says so
+
+
+def test_seventy_stable_pairs_do_not_fail_an_identical_canary() -> None:
+    """The measured spread is an estimate, not a bound: an identical canary's two pairs are draws of the same pairs,
+    and the test stays at its level (99 %: at most 1 % of windows; 4 of 400 allowed for chance)."""
+    rng = random.Random(12)
+    false = sum(_tpot_worse(rng, 70, 1.0).worse for _ in range(400))
+    assert false <= 4, false
+
+
+def test_a_zero_spread_is_no_measure() -> None:
+    """Seventy stable pairs with exactly equal means (a forged or a frozen exporter) do not make the test exact:
+    each arm's variance stays at 1 % of its per-request bound (``SPREAD_FLOOR``)."""
+    rng = random.Random(13)
+    c, cp = _tpot_fleet(rng, [60, 60], 1.3)
+    s, _ = _tpot_fleet(rng, [100] * 70, 1.0)
+    flat = tuple((100.0, s.total / 70) for _ in range(70))
+    got = compare_latency(c, s, confidence_percent=99.0, max_mean_ratio_percent=110.0, pairs=PairLatencies(cp, flat))
+    assert "variance x0.01 vs x0.01 between pairs" in got.summary, got.summary
+    assert got.p_value > 0
