@@ -33,7 +33,9 @@ Rules (α = 1 − ``confidencePercent``/100):
   The mean test's variance per arm is at least the variance **between the revision's pairs** (their per-pair
   ``_sum``/``_count``), when it has two or more, and a canary on fewer pairs borrows the spread of stable's:
   requests sharing a pair's queue are not independent. The mean test then reads Student's t (Welch–Satterthwaite
-  degrees of freedom), and the rank test takes the same design effect (``compare_latency``).
+  degrees of freedom), and the rank test takes the same design effect (``compare_latency``). From ten stable pairs
+  on (``SPREAD_MIN_PAIRS``) their measured spread replaces the per-request bound instead of adding to it: inside
+  vLLM's first TPOT bucket the bound was 2–4× looser than what W5's 70 pairs showed (``_mean_variances``).
 
 - **Local prefix-hit ratio** (``LocalKVHitRatio``): worse when the canary's token-weighted hit ratio is
   significantly below ``minRatioPercent``/100 × stable's (``core.stats.ratio_below``: a score test whose
