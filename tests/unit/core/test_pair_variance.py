@@ -118,26 +118,31 @@ def test_a_pair_that_served_nothing_in_the_window_is_not_counted() -> None:
     assert with_idle.summary == without.summary
 
 
+def _histogram(
+    bounds: tuple[float, ...], pairs: list[list[float]]
+) -> tuple[LatencyHistogram, tuple[tuple[float, float], ...]]:
+    """One revision's window from each pair's latencies: the histogram at ``bounds`` and each pair's (n, sum)."""
+    counts = [0.0] * (len(bounds) + 1)
+    for xs in pairs:
+        for x in xs:
+            counts[bisect.bisect_left(bounds, x)] += 1
+    cumulative, c = [], 0.0
+    for bound, k in zip((*bounds, math.inf), counts, strict=True):
+        c += k
+        cumulative.append((bound, c))
+    per = tuple((float(len(xs)), sum(xs)) for xs in pairs)
+    return LatencyHistogram(tuple(cumulative), sum(n for n, _ in per), sum(t for _, t in per)), per
+
+
 def _window(
     rng: random.Random, pairs: int, n: int, mult: float, pair_delay_s: float
 ) -> tuple[LatencyHistogram, tuple[tuple[float, float], ...]]:
     """One revision's TTFT window: each pair's requests share one queue delay (exponential, mean pair_delay_s)."""
-    counts = [0.0] * (len(TTFT_BUCKETS) + 1)
-    total, per = 0.0, []
+    samples = []
     for _ in range(pairs):
         shared = rng.expovariate(1 / pair_delay_s) if pair_delay_s > 0 else 0.0
-        s = 0.0
-        for _ in range(n):
-            x = (0.08 * rng.lognormvariate(0, 0.6) + shared * rng.uniform(0.5, 1.5)) * mult
-            counts[bisect.bisect_left(TTFT_BUCKETS, x)] += 1
-            s += x
-        per.append((float(n), s))
-        total += s
-    cumulative, c = [], 0.0
-    for bound, k in zip((*TTFT_BUCKETS, math.inf), counts, strict=True):
-        c += k
-        cumulative.append((bound, c))
-    return LatencyHistogram(tuple(cumulative), float(pairs * n), total), tuple(per)
+        samples.append([(0.08 * rng.lognormvariate(0, 0.6) + shared * rng.uniform(0.5, 1.5)) * mult for _ in range(n)])
+    return _histogram(TTFT_BUCKETS, samples)
 
 
 def _failures(
@@ -250,22 +255,11 @@ def _tpot_fleet(
     """One revision's TPOT window as W5's full rate showed it: pair means around 1.6 ms (sd ``pair_sd`` ms between
     pairs: their batches and contexts differ), requests lognormal around their pair's mean, everything inside vLLM's
     first TPOT bucket [0, 10 ms]."""
-    counts = [0.0] * (len(TPOT_BUCKETS) + 1)
-    total, per = 0.0, []
+    samples = []
     for n in sizes:
         centre = max(0.2, rng.gauss(1.6, pair_sd)) * mult / 1000
-        s = 0.0
-        for _ in range(n):
-            x = centre * rng.lognormvariate(-0.02, 0.2)
-            counts[bisect.bisect_left(TPOT_BUCKETS, x)] += 1
-            s += x
-        per.append((float(n), s))
-        total += s
-    cumulative, c = [], 0.0
-    for bound, k in zip((*TPOT_BUCKETS, math.inf), counts, strict=True):
-        c += k
-        cumulative.append((bound, c))
-    return LatencyHistogram(tuple(cumulative), float(sum(sizes)), total), tuple(per)
+        samples.append([centre * rng.lognormvariate(-0.02, 0.2) for _ in range(n)])
+    return _histogram(TPOT_BUCKETS, samples)
 
 
 def _tpot_worse(rng: random.Random, stable_pairs: int, mult: float) -> Comparison:
