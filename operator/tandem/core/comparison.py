@@ -401,10 +401,9 @@ def compare_latency(
     # The rank statistic's variance, like the difference of means, sums a canary part (∝ 1/n1) and a stable
     # part (∝ 1/n2): each takes its arm's design effect, weighted by its share of 1/n1 + 1/n2.
     n1, n2 = canary.count, stable.count
-    # Ranks do not depend on the spread inside a bucket: a design effect below 1 (pairs tighter than the bound) does
-    # not make independent requests' ranks any less variable.
-    r1, r2 = max(1.0, d1), max(1.0, d2)
-    d_rank = (r1 * n2 + r2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
+    # A design effect below 1 (pairs tighter than the bucket bound) is the mean test's: ``rank_sum_greater`` takes
+    # at least 1, since ranks carry nothing about the spread inside a bucket.
+    d_rank = (d1 * n2 + d2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
     p_rank = rank_sum_greater(c_counts, s_counts, d_rank, df) if w <= 1.0 else 1.0
     informative = [x for x in (p_rank, p_mean) if x < 1.0]
     p = min(1.0, len(informative) * min(informative)) if informative else 1.0

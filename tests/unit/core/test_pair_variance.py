@@ -16,7 +16,7 @@ import random
 import pytest
 
 from tandem.core import gates as g
-from tandem.core.comparison import Comparison, LatencyHistogram, PairLatencies, compare_latency
+from tandem.core.comparison import Comparison, LatencyHistogram, PairLatencies, common_buckets, compare_latency
 from tandem.core.stats import (
     mean_greater,
     mean_power,
@@ -299,3 +299,18 @@ def test_a_zero_spread_is_no_measure() -> None:
     got = compare_latency(c, s, confidence_percent=99.0, max_mean_ratio_percent=110.0, pairs=PairLatencies(cp, flat))
     assert "variance x0.01 vs x0.01 between pairs" in got.summary, got.summary
     assert got.p_value > 0
+
+
+def test_pairs_tighter_than_the_bound_do_not_sharpen_the_rank_test() -> None:
+    """Seventy stable pairs of the same TTFT distribution spread less than the per-request bound allows (design
+    effect below 1), which the mean test may use; ranks carry nothing about the spread inside a bucket, so the rank
+    test (``rank_sum_greater`` takes a design effect of at least 1) is never read as more certain than over
+    independent requests."""
+    rng = random.Random(14)
+    c, cp = _window(rng, 2, 60, 1.15, 0.0)
+    s, sp = _window(rng, 70, 100, 1.0, 0.0)
+    got = compare_latency(c, s, confidence_percent=99.0, max_mean_ratio_percent=110.0, pairs=PairLatencies(cp, sp))
+    assert "variance x0." in got.summary, got.summary  # the measured spread is below the bound
+    _, c_counts, s_counts = common_buckets(c.cumulative, s.cumulative)
+    p_rank = float(got.summary.split("(rank ")[1].split(",")[0])
+    assert p_rank >= rank_sum_greater(c_counts, s_counts), got.summary
