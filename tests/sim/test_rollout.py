@@ -124,6 +124,26 @@ def test_per_pair_queries_are_answered_from_the_scrapes() -> None:
     assert [(s.labels["pair"], s.value) for s in ttft_counts] == [("r2-p0", "40.0")]
 
 
+def test_each_pairs_uncached_work_is_answered_from_the_scrapes() -> None:
+    """``sum by (pair)`` of queries − hits, as ``RevisionSeries.add_prefix`` counted them: per pair it adds up to the
+    revision's ``uncached`` answer, and a pair whose counters did not move in the window answers 0."""
+    before = RevisionSeries()
+    before.add_prefix("r1-idle", 5_000, 1_000)
+    after = before.copy()
+    after.add_prefix("r1-p0", 30_000, 10_000)
+    after.add_prefix("r1-p1", 50_000, 45_000)
+    after.add_prefix("r1-p0", 10_000, 0)
+    store = ScrapeStore()
+    for t, series in ((0.0, before), (60.0, after)):
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, {"r1": series}))
+    queries = template_sample_queries("TTFTP95", "UncachedPromptTokens")
+    assert queries.pair_uncached is not None and queries.uncached is not None
+    answers = rollout.sample_results(store, 60.0, 60.0, "TTFTP95", "r1", queries)
+    per_pair = {s.labels["pair"]: float(s.value) for s in answers[queries.pair_uncached].series}
+    assert per_pair == {"r1-idle": 0.0, "r1-p0": 30_000.0, "r1-p1": 5_000.0}
+    assert sum(per_pair.values()) == float(answers[queries.uncached].series[0].value)
+
+
 def test_the_simulators_gates_see_the_spread_between_pairs() -> None:
     """TPOT × 1.3 on the canary's one pair is a Failure against stable pairs that agree, and not against
     stable pairs as far apart as that (the pairs are the unit, core.comparison), as in the operator."""

@@ -958,9 +958,7 @@ class Simulation:
         c = self.c
         c["local_queries"] += req.inp
         c["local_hits"] += local
-        rs = self.rev_series[inst.revision.name]
-        rs.local_queries += req.inp
-        rs.local_hits += local
+        self.rev_series[inst.revision.name].add_prefix(g.name, req.inp, local)
         c["external_queries"] += req.inp - local
         c["external_hits"] += shared
         cached = req.local_tokens + req.shared_tokens

@@ -91,6 +91,10 @@ def histogram_quantile(q: float, buckets: tuple[float, ...], counts: npt.NDArray
     return buckets[-1]
 
 
+PAIR_COLUMNS = 6
+"""``RevisionSeries.pairs`` columns."""
+
+
 @dataclass
 class RevisionSeries:
     """Cumulative per-revision counters and histograms (router-side)."""
@@ -112,14 +116,15 @@ class RevisionSeries:
     tpot_sum: float = 0.0
     """``vllm:request_time_per_output_token_seconds_sum``."""
     pairs: dict[str, list[float]] = field(default_factory=dict)
-    """Per pair (the engine pods' ``pair`` label): ``[ttft _count, ttft _sum, tpot _count, tpot _sum]``, what
-    ``sum by (pair)`` of the histograms' ``_count``/``_sum`` reads (the latency gates' pairs, design note 009)."""
+    """Per pair (the engine pods' ``pair`` label): ``[ttft _count, ttft _sum, tpot _count, tpot _sum, prefix-cache
+    queries, prefix-cache hits]``, what ``sum by (pair)`` of the histograms' ``_count``/``_sum`` and of the prefill
+    instances' cache counters reads (the latency gates' pairs and their uncached work, design note 009)."""
 
     def add_latency(self, pair: str, ttft: float, tpot: float | None) -> None:
         """Count one finished request's TTFT (and TPOT, when it has one) on the revision and on its pair."""
         self.ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
         self.ttft_sum += ttft
-        per_pair = self.pairs.setdefault(pair, [0.0, 0.0, 0.0, 0.0])
+        per_pair = self.pairs.setdefault(pair, [0.0] * PAIR_COLUMNS)
         per_pair[0] += 1
         per_pair[1] += ttft
         if tpot is not None:
@@ -127,6 +132,14 @@ class RevisionSeries:
             self.tpot_sum += tpot
             per_pair[2] += 1
             per_pair[3] += tpot
+
+    def add_prefix(self, pair: str, queries: float, hits: float) -> None:
+        """Count one prefill's prefix-cache lookup (tokens) on the revision and on its pair."""
+        self.local_queries += queries
+        self.local_hits += hits
+        per_pair = self.pairs.setdefault(pair, [0.0] * PAIR_COLUMNS)
+        per_pair[4] += queries
+        per_pair[5] += hits
 
     def copy(self) -> RevisionSeries:
         return RevisionSeries(

@@ -63,6 +63,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tandem.core.pairfit import WorkFit, fit_pair_work
 from tandem.core.stats import (
     errors_mixture_sprt,
     errors_power,
@@ -282,6 +283,9 @@ class PairLatencies:
 
     canary: tuple[tuple[float, float], ...] = ()
     stable: tuple[tuple[float, float], ...] = ()
+    stable_uncached: tuple[float, ...] = ()
+    """Uncached prompt tokens of each of ``stable``'s pairs, same order (empty: not known): a TTFT gate's stable
+    pairs fitted on their work (:func:`work_fit`)."""
 
 
 def _pair_count(pairs: tuple[tuple[float, float], ...]) -> int:
@@ -302,7 +306,14 @@ def _typical_size(pairs: Sequence[float]) -> float:
 
 
 def _mean_variances(
-    v1: float, n1: float, v2: float, n2: float, pairs: PairLatencies, scale: float
+    v1: float,
+    n1: float,
+    v2: float,
+    n2: float,
+    pairs: PairLatencies,
+    scale: float,
+    fit: WorkFit | None = None,
+    work: float = 0.0,
 ) -> tuple[float, float, float]:
     """Each arm's variance of its mean, and the degrees of freedom of their sum (Welch-Satterthwaite).
 
@@ -319,16 +330,27 @@ def _mean_variances(
     (bench/results/w5-full-rate-seed1-latency.md). Stable's variance is then its between-pair estimate, the
     canary's the borrowed one (and its own spread once it too has ``SPREAD_MIN_PAIRS`` pairs), scaled up by how much
     smaller the canary's pairs are than stable's: a pair mean's variance ``σ_b² + σ_w²/n`` grows at most as ``1/n``,
-    and no per-request bound covers the ``σ_w²`` part any more. Neither goes below ``SPREAD_FLOOR`` × its bound."""
+    and no per-request bound covers the ``σ_w²`` part any more. Neither goes below ``SPREAD_FLOOR`` × its bound.
+
+    ``fit`` (a TTFT gate's stable pairs fitted on their uncached work, :mod:`tandem.core.pairfit`): stable's side is
+    the line's prediction at the canary's ``work`` per request, so its variance is the prediction's, and the spread
+    the canary borrows is one pair's around the line (relative, times the prediction squared), both with ``k − 2``
+    degrees of freedom."""
     k1, k2 = _pair_count(pairs.canary), _pair_count(pairs.stable)
-    between2 = pair_mean_variance(pairs.stable)
-    one_pair = one_pair_variance(pairs.stable, between2)
+    between2: float | None
+    one_pair: float | None
+    if fit is not None:
+        between2, one_pair = fit.prediction_variance(work), fit.one_pair * fit.predict(work) ** 2
+        spread_scale, df2 = 1.0, fit.pairs - 2
+    else:
+        between2 = pair_mean_variance(pairs.stable)
+        one_pair, spread_scale, df2 = one_pair_variance(pairs.stable, between2), scale, k2 - 1
     measured = k2 >= SPREAD_MIN_PAIRS and between2 is not None and one_pair is not None
     floor = SPREAD_FLOOR if measured else 1.0
     var1, f1 = floor * v1 / n1, math.inf
     var2, f2 = floor * v2 / n2, math.inf
-    if between2 is not None and between2 * scale * scale > var2:
-        var2, f2 = between2 * scale * scale, float(k2 - 1)
+    if between2 is not None and between2 * spread_scale**2 > var2:
+        var2, f2 = between2 * spread_scale**2, float(df2)
     between1 = pair_mean_variance(pairs.canary)
     if between1 is not None and between1 > var1 and (not measured or k1 >= SPREAD_MIN_PAIRS):
         var1, f1 = between1, float(k1 - 1)
@@ -337,12 +359,30 @@ def _mean_variances(
         smaller = (
             max(1.0, _typical_size([n for n, _ in pairs.stable if n > 0]) / _typical_size(sizes)) if measured else 1.0
         )
-        borrowed = one_pair * scale * scale * smaller * sum(n * n for n in sizes) / sum(sizes) ** 2
+        borrowed = one_pair * spread_scale**2 * smaller * sum(n * n for n in sizes) / sum(sizes) ** 2
         if borrowed > var1:
-            var1, f1 = borrowed, float(k2 - 1)
+            var1, f1 = borrowed, float(df2)
     spread = (var1 * var1 / f1 if math.isfinite(f1) else 0.0) + (var2 * var2 / f2 if math.isfinite(f2) else 0.0)
     df = (var1 + var2) ** 2 / spread if spread > 0 else math.inf
     return var1, var2, df
+
+
+def work_fit(work: UncachedWork | None, pairs: PairLatencies | None) -> WorkFit | None:
+    """The line through stable's pairs (:mod:`tandem.core.pairfit`) that a TTFT gate's canary is held to, or None
+    for the proportional scaling (:attr:`UncachedWork.factor`): fewer than ``SPREAD_MIN_PAIRS`` stable pairs with
+    per-pair cache counters, a fit that cannot be made, or a canary whose uncached work per request lies outside
+    the stable pairs' range. The line is evidence only where stable's pairs are: a cold canary's work (W5: 68 k
+    tokens per request against stable pairs' 8–34 k) would be an extrapolation, and prefill and its queue grow
+    faster than linearly with the prompt."""
+    if work is None or pairs is None or not pairs.stable_uncached or _pair_count(pairs.stable) < SPREAD_MIN_PAIRS:
+        return None
+    fit = fit_pair_work(pairs.stable, pairs.stable_uncached)
+    if fit is None or fit.pairs < SPREAD_MIN_PAIRS:
+        return None
+    used = [u / n for (n, _), u in zip(pairs.stable, pairs.stable_uncached, strict=True) if n > 0]
+    if not min(used) <= work.canary <= max(used):
+        return None
+    return fit
 
 
 def compare_latency(
@@ -362,6 +402,13 @@ def compare_latency(
     Example (W5 at the full rate, identical canary 60 s into its step): canary 63 requests, mean 2.86 s,
     52.5 k uncached tokens per request; stable 3,980 requests, mean 0.902 s, 16.3 k → ``w`` = 3.22, ratio
     2.86 / (0.902 × 3.22) = 0.98: not worse, where the unnormalised means differ ×3.2.
+    With ``SPREAD_MIN_PAIRS`` stable pairs whose uncached tokens are known (``pairs.stable_uncached``) and a canary
+    inside their range of work per request, stable's side is instead the line through its pairs' mean TTFT against
+    their work (:func:`work_fit`), at the canary's work, kept between ``stable mean × min(1, x_c/x̄)`` and
+    ``× max(1, x_c/x̄)``, by the mean test alone (the canary's keys are not stable's mix either). Example (W5 at
+    the full rate, seed 1, TTFT × 1.5 canary, warm): 93 requests at 36.4 k tokens/request, mean 2.70 s; stable's
+    70 pairs at 17.0 k, mean 0.98 s, slope 36 µs/token → line 1.68 s, ratio 1.61, where the proportional scaling
+    (× 36.4/17.0 = 2.14 → 2.10 s) read × 1.29.
 
     ``pairs``: each arm's mean-test variance is the larger of the per-request bound and the variance between its
     pairs (``design effect`` ``d`` = between / (bound / n), at least 1), so a window where one busy pair's queue
@@ -375,16 +422,24 @@ def compare_latency(
     w = work.factor if work is not None else 1.0
     m1, stable_mean = canary.mean, stable.mean
     m2 = stable_mean * w
+    fit = work_fit(work, pairs)
+    if fit is not None and work is not None and math.isfinite(stable_mean):
+        # Never above the proportional scaling (a forged per-pair answer cannot excuse more than the revisions'
+        # own counters do), never below its mirror (the line cannot claim TTFT has no fixed part).
+        ratio_work = work.canary / work.stable if work.stable > 0 else 1.0
+        m2 = min(max(fit.predict(work.canary), stable_mean * min(1.0, ratio_work)), stable_mean * max(1.0, ratio_work))
     power: float | None = None
     d1 = d2 = 1.0
     df = math.inf
     p_mean = 1.0
     if bounds and canary.count > 0 and stable.count > 0 and math.isfinite(m1) and math.isfinite(m2):
         v1 = variance_bound(bounds, c_counts, m1)
-        v2 = variance_bound(bounds, s_counts, stable_mean) * w * w
+        v2 = variance_bound(bounds, s_counts, stable_mean) * (m2 / stable_mean if stable_mean > 0 else w) ** 2
         v_alt = v2  # the canary as stable shifted: stable's per-request variance...
         if pairs is not None and v1 > 0 and v2 > 0 and w > 0:
-            var1, var2, df = _mean_variances(v1, canary.count, v2, stable.count, pairs, w)
+            var1, var2, df = _mean_variances(
+                v1, canary.count, v2, stable.count, pairs, w, fit, work.canary if work is not None else 0.0
+            )
             d1, d2 = var1 * canary.count / v1, var2 * stable.count / v2
             v1, v2, v_alt = v1 * d1, v2 * d2, v2 * d1  # ...with the canary's pairs' design effect
         p_mean = mean_greater(m1, v1, canary.count, m2, v2, stable.count, df)
@@ -404,18 +459,24 @@ def compare_latency(
     # A design effect below 1 (pairs tighter than the bucket bound) is the mean test's: ``rank_sum_greater`` takes
     # at least 1, since ranks carry nothing about the spread inside a bucket.
     d_rank = (d1 * n2 + d2 * n1) / (n1 + n2) if n1 > 0 and n2 > 0 else 1.0
-    p_rank = rank_sum_greater(c_counts, s_counts, d_rank, df) if w <= 1.0 else 1.0
+    # The rank test's null, one distribution for both, holds neither for a canary doing more work per request nor
+    # for one held to stable's line: its keys' prompts are not stable's mix, so the mean test alone decides.
+    p_rank = rank_sum_greater(c_counts, s_counts, d_rank, df) if w <= 1.0 and fit is None else 1.0
     informative = [x for x in (p_rank, p_mean) if x < 1.0]
     p = min(1.0, len(informative) * min(informative)) if informative else 1.0
     level = alpha(confidence_percent)
     ratio = _ratio(m1, m2) if math.isfinite(m1) and math.isfinite(m2) else 1.0
     allowed = max_mean_ratio_percent / 100.0
     worse = p < level and ratio > allowed
-    scaled = (
-        f" x{w:.3g} = {1000 * m2:.4g} ms for {work.canary:.4g} vs {work.stable:.4g} uncached tokens/request"
-        if work is not None
-        else ""
-    )
+    if fit is not None and work is not None:
+        scaled = (
+            f" on its pairs' line at {work.canary:.4g} uncached tokens/request = {1000 * m2:.4g} ms "
+            f"({fit.pairs} pairs, {1e6 * fit.slope:.3g} µs/token, stable at {work.stable:.4g})"
+        )
+    elif work is not None:
+        scaled = f" x{w:.3g} = {1000 * m2:.4g} ms for {work.canary:.4g} vs {work.stable:.4g} uncached tokens/request"
+    else:
+        scaled = ""
     spread = (
         f"; pairs {_pair_count(pairs.canary)} vs {_pair_count(pairs.stable)}, "
         f"variance x{d1:.3g} vs x{d2:.3g} between pairs" + (f", t with {df:.3g} df" if math.isfinite(df) else "")
@@ -443,4 +504,5 @@ __all__ = [
     "compare_error_rates",
     "compare_hit_ratios",
     "compare_latency",
+    "work_fit",
 ]

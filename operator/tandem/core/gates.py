@@ -269,6 +269,7 @@ class SampleResults:
     hit_tokens: QueryResult | None = None
     pair_counts: QueryResult | None = None
     pair_sums: QueryResult | None = None
+    pair_uncached: QueryResult | None = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,7 @@ def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) 
         get(queries.hit_tokens),
         get(queries.pair_counts),
         get(queries.pair_sums),
+        get(queries.pair_uncached),
     )
 
 
@@ -575,12 +577,53 @@ def pair_latencies(
     return tuple((n_by[p], s_by[p]) for p in sorted(n_by))
 
 
+def pair_uncached_tokens(
+    counts: QueryResult | None, uncached: QueryResult | None, total: QueryResult | None, window: SampleWindow
+) -> tuple[float, ...]:
+    """Uncached prompt tokens of each pair that has latency counts, in :func:`pair_latencies`' order (by pair
+    name), or ``()`` when unusable: an answer missing, failed or stale, a negative or non-finite value, a pair twice
+    or without a value, or per-pair values more than :data:`PAIR_TOTALS_TOLERANCE` from the revision's total
+    (``uncached``'s answer). ``()`` leaves a TTFT gate on the proportional scaling, which the per-pair answers can
+    only tighten (``core.comparison.compare_latency``). A pair with uncached tokens and no latency count (a prefill
+    whose request has not finished) is left out of the fit, not refused.
+
+    Example: ``pair="speed-p1"`` 1.2 M and ``pair="speed-p2"`` 0.6 M tokens, both with latency counts, total
+    1.8 M → ``(1_200_000, 600_000)``."""
+    if counts is None or uncached is None or total is None:
+        return ()
+    n_by, u_by = _by_pair(counts, window), _by_pair(uncached, window)
+    checked = _check(total, window)
+    if n_by is None or u_by is None or checked.verdict is not None or checked.value is None:
+        return ()
+    if not n_by.keys() <= u_by.keys() or not all(math.isfinite(u) for u in u_by.values()):
+        return ()
+    if abs(sum(u_by.values()) - checked.value) > PAIR_TOTALS_TOLERANCE * abs(checked.value) + 1.0:
+        return ()
+    return tuple(u_by[p] for p in sorted(n_by))
+
+
 def look_confidence(confidence_percent: float, look: int) -> float:
     """The confidence of look ``look`` of a ``window: Step`` gate: ``α_j = α/(j(j+1))`` (Σ_j α_j = α); look 0
     means a per-interval gate, which keeps its confidence. Example: 99 % at look 1 → 99.5 %, look 4 → 99.95 %."""
     if look <= 0:
         return confidence_percent
     return 100.0 - (100.0 - confidence_percent) / (look * (look + 1))
+
+
+def _pairs(
+    canary: SampleResults,
+    stable: SampleResults,
+    canary_totals: tuple[float, float],
+    stable_totals: tuple[float, float],
+    window: SampleWindow,
+) -> PairLatencies:
+    stable_pairs = pair_latencies(stable.pair_counts, stable.pair_sums, stable_totals, window)
+    uncached = pair_uncached_tokens(stable.pair_counts, stable.pair_uncached, stable.uncached, window)
+    return PairLatencies(
+        pair_latencies(canary.pair_counts, canary.pair_sums, canary_totals, window),
+        stable_pairs,
+        uncached if stable_pairs and len(uncached) == len(stable_pairs) else (),
+    )
 
 
 def _comparison(
@@ -658,10 +701,7 @@ def _comparison(
                 if gate.compare.normalize == "UncachedPromptTokens"
                 else None
             ),
-            pairs=PairLatencies(
-                pair_latencies(canary.pair_counts, canary.pair_sums, (n_canary, values[0]), window),
-                pair_latencies(stable.pair_counts, stable.pair_sums, (n_stable, values[1]), window),
-            ),
+            pairs=_pairs(canary, stable, (n_canary, values[0]), (n_stable, values[1]), window),
         )
     else:  # the template has nothing to compare (the CRD forbids compare on it)
         return None, _Checked(None, "", None, VERDICT_ERROR, REASON_INVALID_QUERY), False

@@ -208,6 +208,10 @@ class SampleQueries:
     """Latency templates: ``sum`` per pair. With ``pair_counts``, each pair's mean: the pairs are the independent
     units of the mean test (``core.stats.pair_mean_variance``)."""
 
+    pair_uncached: str | None = None
+    """With ``uncached``: the same per pair (``sum by (pair)`` of both counters), so a TTFT gate can fit stable's
+    pairs' mean TTFT on their own prefill work (``core.pairfit``, :data:`PAIR_UNCACHED_TOKENS_QUERY`)."""
+
     def texts(self) -> tuple[str, ...]:
         """The queries that are set, in field order."""
         return tuple(q for q in (getattr(self, f.name) for f in fields(self)) if q is not None)
@@ -220,6 +224,11 @@ UNCACHED_TOKENS_QUERY: Final = (
 )
 """Uncached prompt tokens in the window, read on prefill instances whatever the gate's role (the decode side's
 TTFT histogram counts the same requests). Both counters are vLLM's, in tokens (integration.md §4)."""
+PAIR_UNCACHED_TOKENS_QUERY: Final = (
+    f"sum by ({LABEL_PAIR}) (increase({METRIC_PREFIX_CACHE_QUERIES}{{{_SEL_PREFILL}}}[${{interval}}]))"
+    f" - sum by ({LABEL_PAIR}) (increase({METRIC_PREFIX_CACHE_HITS}{{{_SEL_PREFILL}}}[${{interval}}]))"
+)
+""":data:`UNCACHED_TOKENS_QUERY` per pair: both sides carry only ``pair``, so PromQL matches them one to one."""
 
 
 def _increase(metric: str, extra: str = "") -> str:
@@ -232,7 +241,8 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
     Example: ``TPOTP90`` →
     ``count = sum(increase(vllm:request_time_per_output_token_seconds_count{...}[${interval}]))``,
     ``buckets = sum by (le) (increase(..._bucket{...}[${interval}]))``, ``sum = sum(increase(..._sum{...}[...]))``.
-    With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`).
+    With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`)
+    and ``pair_uncached`` (:data:`PAIR_UNCACHED_TOKENS_QUERY`).
     Every latency template also gets ``pair_counts`` and ``pair_sums`` (``sum by (pair)`` of ``_count`` and ``_sum``).
     """
     if template not in TEMPLATES:
@@ -247,6 +257,7 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
             uncached=UNCACHED_TOKENS_QUERY if normalized else None,
             pair_counts=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_count')})",
             pair_sums=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_sum')})",
+            pair_uncached=PAIR_UNCACHED_TOKENS_QUERY if normalized else None,
         )
     requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
     if template == HIT_RATIO_TEMPLATE:
