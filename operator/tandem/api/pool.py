@@ -632,7 +632,10 @@ class GateComparison(ApiModel):
     prefix cache (vLLM's `prefix_cache_queries` − `prefix_cache_hits`, never scaled below 1), and only the mean test
     decides. A new canary pair's cache is cold, and its slice of the key ring may hold longer prompts: neither is the
     new version's doing, and both make it slower per request. A version that breaks prefix caching is then the
-    `LocalKVHitRatio` gate's to catch. Counters absent or unusable: compared unscaled (docs/design/009)."""
+    `LocalKVHitRatio` gate's to catch. With ten or more stable pairs whose counters answer per `pair` label, stable's
+    side is instead the line through its pairs' mean TTFT against their uncached tokens per request, at the canary's
+    own work (only inside the stable pairs' range, and never above the scaled mean). Counters absent or unusable:
+    compared unscaled (docs/design/009)."""
     min_ratio_percent: Annotated[int, Field(ge=1, le=100)] = 90
     """LocalKVHitRatio only: the share of stable's local prefix-hit ratio the canary may fall to (90 = 10 % fewer
     prompt tokens from its own cache). The gate fails when the canary's ratio is significantly below this share of
