@@ -124,6 +124,22 @@ def test_per_pair_queries_are_answered_from_the_scrapes() -> None:
     assert [(s.labels["pair"], s.value) for s in ttft_counts] == [("r2-p0", "40.0")]
 
 
+def test_the_evaluation_log_says_why_each_gate_decided() -> None:
+    """``fleet.json``'s W5 evaluation log keeps each verdict's reason and the comparison's numbers (clipped)."""
+    from tandem.api.pool_status import GateVerdict
+
+    long = "mean 1869 ms vs stable 964.9 ms on its pairs' line " + "x" * 700
+    got = rollout._summ(
+        [
+            GateVerdict(name="ttft", verdict="Failure", reason="SignificantlyWorse", value="15", condition=long),
+            GateVerdict(name="errors", verdict="Success", value="0.004", baseline="0.005"),
+        ]
+    )
+    assert got["ttft"].startswith("Failure:15 | SignificantlyWorse | mean 1869 ms vs stable 964.9 ms on its pairs")
+    assert len(got["ttft"]) < 600
+    assert got["errors"] == "Success:0.004 vs 0.005"
+
+
 def test_each_pairs_uncached_work_is_answered_from_the_scrapes() -> None:
     """``sum by (pair)`` of queries − hits, as ``RevisionSeries.add_prefix`` counted them: per pair it adds up to the
     revision's ``uncached`` answer, and a pair whose counters did not move in the window answers 0."""

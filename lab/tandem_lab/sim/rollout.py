@@ -335,8 +335,20 @@ class Timeline:
             self.phases.append({"t": round(t, 3), "phase": phase, **({"detail": detail} if detail else {})})
 
 
+SUMMARY_CONDITION_CHARS = 480
+"""How much of each verdict's condition (the comparison's numbers) the evaluation log keeps: enough for the p-value,
+the ratio and the variance behind a decision, which is what a reader of ``fleet.json`` asks first."""
+
+
 def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
-    return {v.name: f"{v.verdict}:{v.value}" + (f" vs {v.baseline}" if v.baseline else "") for v in verdicts}
+    """Each gate's verdict, value (and baseline), reason and condition text, for the evaluation log."""
+    return {
+        v.name: f"{v.verdict}:{v.value}"
+        + (f" vs {v.baseline}" if v.baseline else "")
+        + (f" | {v.reason}" if v.reason else "")
+        + (f" | {v.condition[:SUMMARY_CONDITION_CHARS]}" if v.condition else "")
+        for v in verdicts
+    }
 
 
 def _canary_percent(
