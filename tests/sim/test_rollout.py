@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tandem.api.pool import MetricGate
+from tandem.api.pool_status import GateVerdict
 from tandem.core.promql import template_sample_queries
 from tandem.routing import PairState
 from tandem_lab.sim import engine, rollout
@@ -126,8 +127,6 @@ def test_per_pair_queries_are_answered_from_the_scrapes() -> None:
 
 def test_the_evaluation_log_says_why_each_gate_decided() -> None:
     """``fleet.json``'s W5 evaluation log keeps each verdict's reason and the comparison's numbers (clipped)."""
-    from tandem.api.pool_status import GateVerdict
-
     long = "mean 1869 ms vs stable 964.9 ms on its pairs' line " + "x" * 700
     got = rollout._summ(
         [
