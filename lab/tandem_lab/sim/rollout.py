@@ -217,7 +217,7 @@ def sample_results(
             out[queries.pair_uncached] = _pair_uncached_result(queries.pair_uncached, cur, before, now)
         if queries.sum is not None:
             out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
-        first = 0 if ttft else 2  # RevisionSeries.pairs: [ttft _count, ttft _sum, tpot _count, tpot _sum]
+        first = 0 if ttft else 2  # RevisionSeries.pairs: [ttft _count, ttft _sum, tpot _count, tpot _sum, …]
         for per_pair, column in ((queries.pair_counts, first), (queries.pair_sums, first + 1)):
             if per_pair is not None:
                 out[per_pair] = _pair_result(per_pair, cur, before, first, column, now)

@@ -379,10 +379,7 @@ def work_fit(work: UncachedWork | None, pairs: PairLatencies | None) -> WorkFit 
     fit = fit_pair_work(pairs.stable, pairs.stable_uncached)
     if fit is None or fit.pairs < SPREAD_MIN_PAIRS:
         return None
-    used = [u / n for (n, _), u in zip(pairs.stable, pairs.stable_uncached, strict=True) if n > 0]
-    if not min(used) <= work.canary <= max(used):
-        return None
-    return fit
+    return fit if fit.lowest <= work.canary <= fit.highest else None
 
 
 def compare_latency(

@@ -55,6 +55,10 @@ class WorkFit:
     long prompt delays in proportion), so the canary's pairs borrow it times the square of their own prediction."""
     pairs: int
     """``k``: pairs in the fit (degrees of freedom ``k − 2``)."""
+    lowest: float
+    """The least uncached work per request of a pair in the fit: the line is evidence from here..."""
+    highest: float
+    """...to here (``core.comparison.work_fit`` does not extrapolate)."""
 
     def predict(self, work: float) -> float:
         """The line at ``work`` uncached tokens per request."""
@@ -94,7 +98,8 @@ def fit_pair_work(pairs: Sequence[tuple[float, float]], uncached: Sequence[float
     slope_variance = inflate * sum(n * n * (x - x_bar) ** 2 * r * r for n, x, r, _ in residuals) / (sxx * sxx)
     relative = inflate * sum(n * n * (r / fitted) ** 2 for n, _, r, fitted in residuals)
     one_pair = relative / sum(n * n for n, _, _ in rows)
-    return WorkFit(y_bar, x_bar, slope, mean_variance, slope_variance, one_pair, k)
+    xs = [x for _, _, x in rows]
+    return WorkFit(y_bar, x_bar, slope, mean_variance, slope_variance, one_pair, k, min(xs), max(xs))
 
 
 __all__ = ["WorkFit", "fit_pair_work"]
