@@ -314,6 +314,7 @@ def _mean_variances(
     scale: float,
     fit: WorkFit | None = None,
     work: float = 0.0,
+    baseline: float | None = None,
 ) -> tuple[float, float, float]:
     """Each arm's variance of its mean, and the degrees of freedom of their sum (Welch-Satterthwaite).
 
@@ -334,13 +335,14 @@ def _mean_variances(
 
     ``fit`` (a TTFT gate's stable pairs fitted on their uncached work, :mod:`tandem.core.pairfit`): stable's side is
     the line's prediction at the canary's ``work`` per request, so its variance is the prediction's, and the spread
-    the canary borrows is one pair's around the line (relative, times the prediction squared), both with ``k − 2``
-    degrees of freedom."""
+    the canary borrows is one pair's around the line (relative, times the square of ``baseline``, the mean the canary
+    is held to: the prediction, or the bound it was clamped to), both with ``k − 2`` degrees of freedom."""
     k1, k2 = _pair_count(pairs.canary), _pair_count(pairs.stable)
     between2: float | None
     one_pair: float | None
     if fit is not None:
-        between2, one_pair = fit.prediction_variance(work), fit.one_pair * fit.predict(work) ** 2
+        held = baseline if baseline is not None else fit.predict(work)
+        between2, one_pair = fit.prediction_variance(work), fit.one_pair * held**2
         spread_scale, df2 = 1.0, fit.pairs - 2
     else:
         between2 = pair_mean_variance(pairs.stable)
@@ -420,11 +422,17 @@ def compare_latency(
     m1, stable_mean = canary.mean, stable.mean
     m2 = stable_mean * w
     fit = work_fit(work, pairs)
+    clamp = ""
     if fit is not None and work is not None and math.isfinite(stable_mean):
         # Never above the proportional scaling (a forged per-pair answer cannot excuse more than the revisions'
         # own counters do), never below its mirror (the line cannot claim TTFT has no fixed part).
         ratio_work = work.canary / work.stable if work.stable > 0 else 1.0
-        m2 = min(max(fit.predict(work.canary), stable_mean * min(1.0, ratio_work)), stable_mean * max(1.0, ratio_work))
+        line = fit.predict(work.canary)
+        low, high = stable_mean * min(1.0, ratio_work), stable_mean * max(1.0, ratio_work)
+        m2 = min(max(line, low), high)
+        if m2 != line:
+            bound = "the proportional scaling" if m2 == high else "its mirror"
+            clamp = f"; the line said {1000 * line:.4g} ms, held to {bound}"
     power: float | None = None
     d1 = d2 = 1.0
     df = math.inf
@@ -435,7 +443,7 @@ def compare_latency(
         v_alt = v2  # the canary as stable shifted: stable's per-request variance...
         if pairs is not None and v1 > 0 and v2 > 0 and w > 0:
             var1, var2, df = _mean_variances(
-                v1, canary.count, v2, stable.count, pairs, w, fit, work.canary if work is not None else 0.0
+                v1, canary.count, v2, stable.count, pairs, w, fit, work.canary if work is not None else 0.0, m2
             )
             d1, d2 = var1 * canary.count / v1, var2 * stable.count / v2
             v1, v2, v_alt = v1 * d1, v2 * d2, v2 * d1  # ...with the canary's pairs' design effect
@@ -468,7 +476,7 @@ def compare_latency(
     if fit is not None and work is not None:
         scaled = (
             f" on its pairs' line at {work.canary:.4g} uncached tokens/request = {1000 * m2:.4g} ms "
-            f"({fit.pairs} pairs, {1e6 * fit.slope:.3g} µs/token, stable at {work.stable:.4g})"
+            f"({fit.pairs} pairs, {1e6 * fit.slope:.3g} µs/token, stable at {work.stable:.4g}{clamp})"
         )
     elif work is not None:
         scaled = f" x{w:.3g} = {1000 * m2:.4g} ms for {work.canary:.4g} vs {work.stable:.4g} uncached tokens/request"

@@ -21,6 +21,7 @@ from tandem.core.comparison import (
     LatencyHistogram,
     PairLatencies,
     UncachedWork,
+    _mean_variances,
     compare_latency,
     work_fit,
 )
@@ -145,6 +146,26 @@ def test_a_forged_slope_cannot_excuse_more_than_the_revisions_counters() -> None
     tampered = compare_latency(c, s, pairs=PairLatencies(cp, sp, forged), **kwargs)  # type: ignore[arg-type]
     assert honest.worse and tampered.worse, (honest.summary, tampered.summary)
     assert tampered.ratio >= honest.ratio * (1 - 1e-9), (honest.summary, tampered.summary)
+    assert "held to the proportional scaling" in tampered.summary  # the verdict says the line was not used as is
+    assert "held to" not in _judge(random.Random(7), [22_000.0, 22_000.0], 1.0).summary
+
+
+def test_the_canary_borrows_the_spread_around_the_mean_it_is_held_to() -> None:
+    """TTFT's noise grows with its mean, so the spread the canary borrows from stable's pairs (relative to the line)
+    is scaled by the square of the baseline it is actually compared with — the clamped one when the clamp binds —
+    not by the line's own prediction."""
+    rng = random.Random(26)
+    c, cp, cu = _fleet(rng, [22_000.0, 22_000.0], 100)
+    s, sp, su = _fleet(rng, [rng.uniform(8_000, 30_000) for _ in range(70)], 100)
+    pairs = PairLatencies(cp, sp, su)
+    work = UncachedWork(sum(cu) / c.count, sum(su) / s.count)
+    fit = work_fit(work, pairs)
+    assert fit is not None
+    tiny = 1e-12  # a per-request bound far below the borrowed spread: the borrowed one decides
+    own, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, work.canary)
+    held = fit.predict(work.canary) * 2
+    doubled, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, work.canary, held)
+    assert doubled == pytest.approx(4 * own)
 
 
 # --- the per-pair answers -----------------------------------------------------------------------------------
