@@ -21,7 +21,7 @@ import pytest
 from tandem.adapters.prometheus import GateTarget, MetricsProvider, PrometheusProvider, evaluate_metric_gates
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
-from tandem.core.promql import compute_rate_window
+from tandem.core.promql import compute_rate_window, template_sample_queries
 from tandem_lab.dev.exporter import Behaviour, Exporter, make_pair_pods
 from tandem_lab.dev.prometheus import PrometheusServer, free_port
 
@@ -43,6 +43,7 @@ MULTI = MetricGate(
     success_condition="result < 1000.0",
 )
 SPEC = AnalysisSpec(interval="20s", timeout="5s", initial_delay="0s")
+PREFILL_SEL = 'namespace="${namespace}",pool="${pool}",revision="${revision}",role="prefill"'
 
 
 @pytest.fixture
@@ -175,3 +176,67 @@ def test_unreachable_prometheus_is_an_error() -> None:
         elapsed = time.monotonic() - start
     assert (verdict.verdict, verdict.reason) == ("Error", "MetricsUnavailable")
     assert elapsed < TIMEOUT_S
+
+
+def test_uncached_and_fetched_work_on_real_prometheus(
+    prometheus: PrometheusServer, scrape_target: ScrapeTarget
+) -> None:
+    """``compare.normalize``'s work queries on the real Prometheus: the local misses of the prefill instances and, of
+    those, the tokens the KV connector fetched from the shared tier. With 2,000-token prompts, 60 % local hits and
+    30 % fetched, a pair missed 800 tokens per request and fetched 600; an engine without the connector's counters
+    missed 800 and has no fetched answer at all (the line then counts every miss as prefilled); per pair as per
+    revision."""
+    namespace = f"uw-{secrets.token_hex(4)}"
+    exporter = Exporter(seed=20261205, tick_s=0.25, default=Behaviour(request_rate=20.0, prompt_tokens=2000))
+    shared, plain = "shared1", "plain2"
+    exporter.add_pods(make_pair_pods(namespace=namespace, pool=POOL, revision=shared, pairs=2))
+    exporter.add_pods(make_pair_pods(namespace=namespace, pool=POOL, revision=plain, pairs=2, start=2))
+    exporter.set_revision(shared, shared_hit_ratio=0.3)
+    exporter.set_revision(plain, connector=False)
+    exporter.start()
+    queries = template_sample_queries("TTFTP95", "UncachedPromptTokens")
+    assert queries.uncached and queries.pair_uncached and queries.fetched and queries.pair_fetched
+    window = compute_rate_window(WINDOW_S, prometheus.scrape_interval_s)
+
+    def render(query: str, revision: str) -> str:
+        for key, value in (("namespace", namespace), ("pool", POOL), ("revision", revision), ("interval", window)):
+            query = query.replace("${" + key + "}", value)
+        return query
+
+    def per_request(revision: str) -> dict[str, list[float]]:
+        """Each query's answers per prompt token of the pair (or revision) it covers; {} until both pairs answer."""
+        prompts = f"sum by (pair) (increase(vllm:prompt_tokens_total{{{PREFILL_SEL}}}[${{interval}}]))"
+        with PrometheusProvider(prometheus.url) as provider:
+            tokens = provider.query(render(prompts, revision), timeout_s=TIMEOUT_S)
+            by_pair = {s.labels["pair"]: float(s.value) for s in tokens.series}
+            if len(by_pair) != 2 or not all(by_pair.values()):
+                return {}
+            out: dict[str, list[float]] = {}
+            for name, query in (("uncached", queries.uncached), ("fetched", queries.fetched)):
+                answer = provider.query(render(query or "", revision), timeout_s=TIMEOUT_S)
+                out[name] = [float(s.value) / sum(by_pair.values()) for s in answer.series]
+            for name, query in (("pair_uncached", queries.pair_uncached), ("pair_fetched", queries.pair_fetched)):
+                answer = provider.query(render(query or "", revision), timeout_s=TIMEOUT_S)
+                out[name] = [float(s.value) / by_pair[s.labels["pair"]] for s in answer.series]
+        return out
+
+    deadline = time.monotonic() + 90
+    got: dict[str, dict[str, list[float]]] = {}
+    try:
+        for pod in exporter.pods:
+            scrape_target(*exporter.target(pod.name))
+        while time.monotonic() < deadline:
+            got = {revision: per_request(revision) for revision in (shared, plain)}
+            if all(got.values()) and len(got[shared]["pair_fetched"]) == 2:
+                break
+            time.sleep(1.0)
+    finally:
+        exporter.stop()
+    want = {
+        shared: {"uncached": [0.4], "fetched": [0.3], "pair_uncached": [0.4, 0.4], "pair_fetched": [0.3, 0.3]},
+        plain: {"uncached": [0.4], "fetched": [], "pair_uncached": [0.4, 0.4], "pair_fetched": []},
+    }
+    for revision, expected in want.items():
+        assert got[revision].keys() == expected.keys(), got
+        for name, values in expected.items():
+            assert got[revision][name] == pytest.approx(values, abs=0.02), (revision, name, got)

@@ -182,6 +182,7 @@ def test_nan_mode_makes_every_value_nan() -> None:
         pytest.param({"error_rate": 1.5}, "within 0..1", id="error rate above 1"),
         pytest.param({"mode": "broken"}, "mode must be one of", id="unknown mode"),
         pytest.param({"request_rate": -1}, "≥ 0", id="negative rate"),
+        pytest.param({"prefix_hit_ratio": 0.8, "shared_hit_ratio": 0.3}, "≤ 1", id="more hits than prompt"),
     ],
 )
 def test_bad_behaviour_is_rejected(changes: dict[str, object], want_error: str) -> None:

@@ -140,14 +140,15 @@ def test_the_evaluation_log_says_why_each_gate_decided() -> None:
 
 
 def test_each_pairs_uncached_work_is_answered_from_the_scrapes() -> None:
-    """``sum by (pair)`` of queries − hits, as ``RevisionSeries.add_prefix`` counted them: per pair it adds up to the
-    revision's ``uncached`` answer, and a pair whose counters did not move in the window answers 0."""
+    """``sum by (pair)`` of queries − hits and of the shared tier's hits, as ``RevisionSeries.add_prefix`` counted
+    them: per pair they add up to the revision's ``uncached`` and ``fetched`` answers, and a pair whose counters did
+    not move in the window answers 0."""
     before = RevisionSeries()
-    before.add_prefix("r1-idle", 5_000, 1_000)
+    before.add_prefix("r1-idle", 5_000, 1_000, 2_000)
     after = before.copy()
-    after.add_prefix("r1-p0", 30_000, 10_000)
+    after.add_prefix("r1-p0", 30_000, 10_000, 4_000)
     after.add_prefix("r1-p1", 50_000, 45_000)
-    after.add_prefix("r1-p0", 10_000, 0)
+    after.add_prefix("r1-p0", 10_000, 0, 6_000)
     store = ScrapeStore()
     for t, series in ((0.0, before), (60.0, after)):
         store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, {}, {"r1": series}))
@@ -157,6 +158,10 @@ def test_each_pairs_uncached_work_is_answered_from_the_scrapes() -> None:
     per_pair = {s.labels["pair"]: float(s.value) for s in answers[queries.pair_uncached].series}
     assert per_pair == {"r1-idle": 0.0, "r1-p0": 30_000.0, "r1-p1": 5_000.0}
     assert sum(per_pair.values()) == float(answers[queries.uncached].series[0].value)
+    assert queries.pair_fetched is not None and queries.fetched is not None
+    fetched = {s.labels["pair"]: float(s.value) for s in answers[queries.pair_fetched].series}
+    assert fetched == {"r1-idle": 0.0, "r1-p0": 10_000.0, "r1-p1": 0.0}
+    assert sum(fetched.values()) == float(answers[queries.fetched].series[0].value)
 
 
 def test_the_simulators_gates_see_the_spread_between_pairs() -> None:

@@ -125,6 +125,11 @@ class Behaviour:
     """vllm:kv_cache_usage_perc (0-1)."""
     prefix_hit_ratio: float = 0.6
     """Share of prompt tokens found in the local prefix cache (prefill)."""
+    shared_hit_ratio: float = 0.0
+    """Share of prompt tokens a prefill instance fetched from the shared tier after a local miss
+    (``vllm:external_prefix_cache_hits``); at most ``1 − prefix_hit_ratio``."""
+    connector: bool = True
+    """Whether the engine exports the KV connector's ``external_prefix_cache_*`` counters at all."""
     waiting: float = 0.0
     prompt_tokens: int = 2000
     output_tokens: int = 200
@@ -139,10 +144,12 @@ class Behaviour:
             v = getattr(self, name)
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number ≥ 0")
-        for name in ("error_rate", "kv_usage", "prefix_hit_ratio"):
+        for name in ("error_rate", "kv_usage", "prefix_hit_ratio", "shared_hit_ratio"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or not 0 <= v <= 1:
                 raise ValueError(f"{name} must be within 0..1")
+        if self.prefix_hit_ratio + self.shared_hit_ratio > 1:
+            raise ValueError("prefix_hit_ratio + shared_hit_ratio must be ≤ 1")
         if self.prompt_tokens < 1 or self.output_tokens < 2:
             raise ValueError("prompt_tokens must be ≥ 1 and output_tokens ≥ 2")
         return self
@@ -326,7 +333,10 @@ class Exporter:
                 s.e2e.observe(ttft)
                 s.generation_tokens += 1
                 s.prefix_queries += b.prompt_tokens
-                s.prefix_hits += round(b.prompt_tokens * b.prefix_hit_ratio)
+                local = round(b.prompt_tokens * b.prefix_hit_ratio)
+                s.prefix_hits += local
+                s.external_queries += b.prompt_tokens - local
+                s.external_hits += round(b.prompt_tokens * b.shared_hit_ratio)
             if rng.random() < b.error_rate:
                 s.success["error"] += 1
             else:
@@ -392,8 +402,9 @@ class Exporter:
             em.PREFIX_QUERIES, "Prefix cache queries, in terms of number of queried tokens.", s.prefix_queries
         )
         yield counter(em.PREFIX_HITS, "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hits)
-        yield counter(em.EXTERNAL_QUERIES, "External prefix cache queries (KV connector).", s.external_queries)
-        yield counter(em.EXTERNAL_HITS, "External prefix cache hits (KV connector).", s.external_hits)
+        if b.connector:
+            yield counter(em.EXTERNAL_QUERIES, "External prefix cache queries (KV connector).", s.external_queries)
+            yield counter(em.EXTERNAL_HITS, "External prefix cache hits (KV connector).", s.external_hits)
         in_flight = b.request_rate * (b.ttft_s * b.ttft_multiplier + b.tpot_s * b.tpot_multiplier * b.output_tokens)
         yield gauge(em.RUNNING, "Number of requests in model execution batches.", round(in_flight))
         yield gauge(em.WAITING, "Number of requests waiting to be processed.", b.waiting)

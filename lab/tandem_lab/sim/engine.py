@@ -958,9 +958,9 @@ class Simulation:
         c = self.c
         c["local_queries"] += req.inp
         c["local_hits"] += local
-        self.rev_series[inst.revision.name].add_prefix(g.name, req.inp, local)
         c["external_queries"] += req.inp - local
         c["external_hits"] += shared
+        self.rev_series[inst.revision.name].add_prefix(g.name, req.inp, local, shared)
         cached = req.local_tokens + req.shared_tokens
         uncached = max(1, req.inp - cached)
         service = self.cap.prefill_time(uncached, req.inp - uncached) * inst.revision.prefill_mult

@@ -91,7 +91,7 @@ def histogram_quantile(q: float, buckets: tuple[float, ...], counts: npt.NDArray
     return buckets[-1]
 
 
-PAIR_COLUMNS = 6
+PAIR_COLUMNS = 7
 """``RevisionSeries.pairs`` columns."""
 
 
@@ -115,10 +115,14 @@ class RevisionSeries:
     """``vllm:time_to_first_token_seconds_sum`` (the histogram's ``_count`` is ``ttft.sum()``)."""
     tpot_sum: float = 0.0
     """``vllm:request_time_per_output_token_seconds_sum``."""
+    external_hits: float = 0.0
+    """``vllm:external_prefix_cache_hits_total``: tokens the shared tier (Mooncake, via the KV connector) supplied
+    to the revision's prefill instances after a local miss — fetched, not computed."""
     pairs: dict[str, list[float]] = field(default_factory=dict)
     """Per pair (the engine pods' ``pair`` label): ``[ttft _count, ttft _sum, tpot _count, tpot _sum, prefix-cache
-    queries, prefix-cache hits]``, what ``sum by (pair)`` of the histograms' ``_count``/``_sum`` and of the prefill
-    instances' cache counters reads (the latency gates' pairs and their uncached work, design note 009)."""
+    queries, prefix-cache hits, external hits]``, what ``sum by (pair)`` of the histograms' ``_count``/``_sum`` and
+    of the prefill instances' cache counters reads (the latency gates' pairs and their uncached work, design
+    note 009)."""
 
     def add_latency(self, pair: str, ttft: float, tpot: float | None) -> None:
         """Count one finished request's TTFT (and TPOT, when it has one) on the revision and on its pair."""
@@ -133,13 +137,16 @@ class RevisionSeries:
             per_pair[2] += 1
             per_pair[3] += tpot
 
-    def add_prefix(self, pair: str, queries: float, hits: float) -> None:
-        """Count one prefill's prefix-cache lookup (tokens) on the revision and on its pair."""
+    def add_prefix(self, pair: str, queries: float, hits: float, external: float = 0.0) -> None:
+        """Count one prefill's prefix-cache lookup (tokens: looked up, found locally, then found in the shared
+        tier) on the revision and on its pair."""
         self.local_queries += queries
         self.local_hits += hits
+        self.external_hits += external
         per_pair = self.pairs.setdefault(pair, [0.0] * PAIR_COLUMNS)
         per_pair[4] += queries
         per_pair[5] += hits
+        per_pair[6] += external
 
     def copy(self) -> RevisionSeries:
         return RevisionSeries(
@@ -153,6 +160,7 @@ class RevisionSeries:
             self.local_hits,
             self.ttft_sum,
             self.tpot_sum,
+            self.external_hits,
             {pair: values.copy() for pair, values in self.pairs.items()},
         )
 

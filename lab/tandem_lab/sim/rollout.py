@@ -167,18 +167,21 @@ def _pair_result(
     return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=tuple(series))
 
 
-def _pair_uncached_result(query: str, cur: RevisionSeries, before: RevisionSeries | None, now: float) -> QueryResult:
-    """``sum by (pair)`` of the prefill instances' prefix-cache queries minus hits over the window
-    (``core.promql.PAIR_UNCACHED_TOKENS_QUERY``): one series per pair whose counters exist, as Prometheus returns
-    a zero increase for a counter that did not move."""
+def _pair_uncached_result(
+    query: str, cur: RevisionSeries, before: RevisionSeries | None, now: float, *, fetched: bool = False
+) -> QueryResult:
+    """``sum by (pair)`` over the window of the prefill instances' prefix-cache queries minus hits
+    (``core.promql.PAIR_UNCACHED_TOKENS_QUERY``) or, with ``fetched``, of their shared-tier hits
+    (``PAIR_FETCHED_TOKENS_QUERY``): one series per pair whose counters exist, as Prometheus returns a zero increase
+    for a counter that did not move."""
     ts = at(now).timestamp()
     series = []
     for pair, values in sorted(cur.pairs.items()):
         if values[4] <= 0:
             continue
         old = before.pairs.get(pair, [0.0] * len(values)) if before is not None else [0.0] * len(values)
-        uncached = (values[4] - old[4]) - (values[5] - old[5])
-        series.append(Series({LABEL_PAIR: pair}, ts, _nan_or(uncached)))
+        tokens = values[6] - old[6] if fetched else (values[4] - old[4]) - (values[5] - old[5])
+        series.append(Series({LABEL_PAIR: pair}, ts, _nan_or(tokens)))
     return QueryResult(QueryStatus.OK, query=query, http_status=200, result_type="vector", series=tuple(series))
 
 
@@ -213,8 +216,13 @@ def sample_results(
             q = cur.local_queries - (before.local_queries if before is not None else 0.0)
             h = cur.local_hits - (before.local_hits if before is not None else 0.0)
             out[queries.uncached] = query_result(queries.uncached, _nan_or(q - h), now)
+        if queries.fetched is not None:
+            e = cur.external_hits - (before.external_hits if before is not None else 0.0)
+            out[queries.fetched] = query_result(queries.fetched, _nan_or(e), now)
         if queries.pair_uncached is not None:
             out[queries.pair_uncached] = _pair_uncached_result(queries.pair_uncached, cur, before, now)
+        if queries.pair_fetched is not None:
+            out[queries.pair_fetched] = _pair_uncached_result(queries.pair_fetched, cur, before, now, fetched=True)
         if queries.sum is not None:
             out[queries.sum] = query_result(queries.sum, _nan_or(total), now)
         first = 0 if ttft else 2  # RevisionSeries.pairs: [ttft _count, ttft _sum, tpot _count, tpot _sum, …]

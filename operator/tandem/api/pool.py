@@ -634,8 +634,10 @@ class GateComparison(ApiModel):
     new version's doing, and both make it slower per request. A version that breaks prefix caching is then the
     `LocalKVHitRatio` gate's to catch. With ten or more stable pairs whose counters answer per `pair` label, stable's
     side is instead the line through its pairs' mean TTFT against their uncached tokens per request, at the canary's
-    own work (only inside the stable pairs' range, and never above the scaled mean). Counters absent or unusable:
-    compared unscaled (docs/design/009)."""
+    own work (only inside the stable pairs' range, and never above the scaled mean); where the KV connector's
+    `external_prefix_cache_hits` answer too, the line prices the tokens fetched from the shared tier apart from those
+    prefilled (a fetched token costs between nothing and a computed one). Counters absent or unusable: compared
+    unscaled (docs/design/009)."""
     min_ratio_percent: Annotated[int, Field(ge=1, le=100)] = 90
     """LocalKVHitRatio only: the share of stable's local prefix-hit ratio the canary may fall to (90 = 10 % fewer
     prompt tokens from its own cache). The gate fails when the canary's ratio is significantly below this share of

@@ -262,6 +262,17 @@ class UncachedWork:
 
     canary: float
     stable: float
+    canary_fetched: float | None = None
+    """Of ``canary``, the tokens per request the shared tier supplied (``external_prefix_cache_hits``; None: not
+    known). The proportional scaling counts them as work, the line through stable's pairs prices them itself."""
+    stable_fetched: float | None = None
+
+    def point(self, fit: WorkFit) -> tuple[float, float | None]:
+        """Where the canary sits on ``fit``: its prefilled and fetched tokens per request, or its local misses when
+        the fit counts fetched tokens as prefilled (:attr:`WorkFit.merged`)."""
+        if fit.merged or self.canary_fetched is None:
+            return self.canary, None
+        return max(0.0, self.canary - self.canary_fetched), self.canary_fetched
 
     @property
     def factor(self) -> float:
@@ -284,8 +295,10 @@ class PairLatencies:
     canary: tuple[tuple[float, float], ...] = ()
     stable: tuple[tuple[float, float], ...] = ()
     stable_uncached: tuple[float, ...] = ()
-    """Uncached prompt tokens of each of ``stable``'s pairs, same order (empty: not known): a TTFT gate's stable
-    pairs fitted on their work (:func:`work_fit`)."""
+    """Uncached prompt tokens (local misses) of each of ``stable``'s pairs, same order (empty: not known): a TTFT
+    gate's stable pairs fitted on their work (:func:`work_fit`)."""
+    stable_fetched: tuple[float, ...] = ()
+    """Of those, the tokens each pair fetched from the shared tier, same order (empty: not known)."""
 
 
 def _pair_count(pairs: tuple[tuple[float, float], ...]) -> int:
@@ -313,7 +326,7 @@ def _mean_variances(
     pairs: PairLatencies,
     scale: float,
     fit: WorkFit | None = None,
-    work: float = 0.0,
+    work: tuple[float, float | None] = (0.0, None),
     baseline: float | None = None,
 ) -> tuple[float, float, float]:
     """Each arm's variance of its mean, and the degrees of freedom of their sum (Welch-Satterthwaite).
@@ -341,9 +354,9 @@ def _mean_variances(
     between2: float | None
     one_pair: float | None
     if fit is not None:
-        held = baseline if baseline is not None else fit.predict(work)
-        between2, one_pair = fit.prediction_variance(work), fit.one_pair * held**2
-        spread_scale, df2 = 1.0, fit.pairs - 2
+        held = baseline if baseline is not None else fit.predict(*work)
+        between2, one_pair = fit.prediction_variance(*work), fit.one_pair * held**2
+        spread_scale, df2 = 1.0, fit.pairs - fit.parameters
     else:
         between2 = pair_mean_variance(pairs.stable)
         one_pair, spread_scale, df2 = one_pair_variance(pairs.stable, between2), scale, k2 - 1
@@ -372,16 +385,40 @@ def _mean_variances(
 def work_fit(work: UncachedWork | None, pairs: PairLatencies | None) -> WorkFit | None:
     """The line through stable's pairs (:mod:`tandem.core.pairfit`) that a TTFT gate's canary is held to, or None
     for the proportional scaling (:attr:`UncachedWork.factor`): fewer than ``SPREAD_MIN_PAIRS`` stable pairs with
-    per-pair cache counters, a fit that cannot be made, or a canary whose uncached work per request lies outside
-    the stable pairs' range. The line is evidence only where stable's pairs are: a cold canary's work (W5: 68 k
-    tokens per request against stable pairs' 8–34 k) would be an extrapolation, and prefill and its queue grow
-    faster than linearly with the prompt."""
+    per-pair cache counters, a fit that cannot be made, or a canary whose work per request lies outside the stable
+    pairs' range. The line is evidence only where stable's pairs are: a cold canary's work (W5: 68 k tokens per
+    request against stable pairs' 8–34 k) would be an extrapolation, and prefill and its queue grow faster than
+    linearly with the prompt.
+
+    With the shared tier's counters on both sides (the canary's and each stable pair's fetched tokens), the fit
+    separates the tokens prefilled from the tokens fetched, and the range is the prefilled tokens': a cold canary
+    misses locally what the shared tier mostly holds, and fetching costs a fraction of computing (W5, seeds 3–4:
+    with local misses as the work a good canary read ×0.8 of the line, a TTFT × 1.5 one ×1.2)."""
     if work is None or pairs is None or not pairs.stable_uncached or _pair_count(pairs.stable) < SPREAD_MIN_PAIRS:
         return None
-    fit = fit_pair_work(pairs.stable, pairs.stable_uncached)
+    fetched = pairs.stable_fetched if work.canary_fetched is not None else ()
+    fit = fit_pair_work(pairs.stable, pairs.stable_uncached, fetched)
     if fit is None or fit.pairs < SPREAD_MIN_PAIRS:
         return None
-    return fit if fit.lowest <= work.canary <= fit.highest else None
+    x, _ = work.point(fit)
+    return fit if fit.lowest <= x <= fit.highest else None
+
+
+def _where(work: UncachedWork, fit: WorkFit) -> str:
+    x, f = work.point(fit)
+    if f is None:
+        return f"{x:.4g} uncached tokens/request"
+    return f"{x:.4g} prefilled + {f:.4g} fetched tokens/request"
+
+
+def _where_stable(fit: WorkFit) -> str:
+    return f"{fit.work:.4g}" + ("" if fit.merged else f" + {fit.fetched:.4g}")
+
+
+def _slopes(fit: WorkFit) -> str:
+    if fit.merged:
+        return f"{1e6 * fit.slope:.3g} µs/token"
+    return f"{1e6 * fit.slope:.3g} µs/prefilled, {1e6 * fit.fetch_slope:.3g} µs/fetched token"
 
 
 def compare_latency(
@@ -427,7 +464,8 @@ def compare_latency(
         # Never above the proportional scaling (a forged per-pair answer cannot excuse more than the revisions'
         # own counters do), never below its mirror (the line cannot claim TTFT has no fixed part).
         ratio_work = work.canary / work.stable if work.stable > 0 else 1.0
-        line = fit.predict(work.canary)
+        at = work.point(fit)
+        line = fit.predict(*at)
         low, high = stable_mean * min(1.0, ratio_work), stable_mean * max(1.0, ratio_work)
         m2 = min(max(line, low), high)
         if m2 != line:
@@ -443,7 +481,7 @@ def compare_latency(
         v_alt = v2  # the canary as stable shifted: stable's per-request variance...
         if pairs is not None and v1 > 0 and v2 > 0 and w > 0:
             var1, var2, df = _mean_variances(
-                v1, canary.count, v2, stable.count, pairs, w, fit, work.canary if work is not None else 0.0, m2
+                v1, canary.count, v2, stable.count, pairs, w, fit, work.point(fit) if fit and work else (0.0, None), m2
             )
             d1, d2 = var1 * canary.count / v1, var2 * stable.count / v2
             v1, v2, v_alt = v1 * d1, v2 * d2, v2 * d1  # ...with the canary's pairs' design effect
@@ -475,8 +513,8 @@ def compare_latency(
     worse = p < level and ratio > allowed
     if fit is not None and work is not None:
         scaled = (
-            f" on its pairs' line at {work.canary:.4g} uncached tokens/request = {1000 * m2:.4g} ms "
-            f"({fit.pairs} pairs, {1e6 * fit.slope:.3g} µs/token, stable at {work.stable:.4g}{clamp})"
+            f" on its pairs' line at {_where(work, fit)} = {1000 * m2:.4g} ms "
+            f"({fit.pairs} pairs, {_slopes(fit)}, stable at {_where_stable(fit)}{clamp})"
         )
     elif work is not None:
         scaled = f" x{w:.3g} = {1000 * m2:.4g} ms for {work.canary:.4g} vs {work.stable:.4g} uncached tokens/request"

@@ -270,6 +270,8 @@ class SampleResults:
     pair_counts: QueryResult | None = None
     pair_sums: QueryResult | None = None
     pair_uncached: QueryResult | None = None
+    fetched: QueryResult | None = None
+    pair_fetched: QueryResult | None = None
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,8 @@ def _sample_results(queries: SampleQueries, results: Mapping[str, QueryResult]) 
         get(queries.pair_counts),
         get(queries.pair_sums),
         get(queries.pair_uncached),
+        get(queries.fetched),
+        get(queries.pair_fetched),
     )
 
 
@@ -517,23 +521,34 @@ def _check_buckets(result: QueryResult, window: SampleWindow) -> tuple[_Checked,
 
 
 def uncached_work(
-    canary: QueryResult | None, stable: QueryResult | None, counts: tuple[float, float], window: SampleWindow
+    canary: SampleResults,
+    stable: SampleResults,
+    counts: tuple[float, float],
+    window: SampleWindow,
 ) -> UncachedWork | None:
     """Uncached prompt tokens per request of both revisions (``compare.normalize: UncachedPromptTokens``), or
     None when either answer is missing or unusable — the comparison then runs unadjusted, as without
     ``normalize``, so bad or absent cache counters can only make the gate stricter, never hide a regression.
+    The shared tier's part of them (``fetched``) comes along when both revisions answer it with a value no larger
+    than their uncached tokens; otherwise it is None (not known) and every local miss counts as work.
 
     Example: 3.3 M uncached tokens over 63 canary requests and 65 M over 3,980 stable ones →
     ``UncachedWork(52_381, 16_332)``: the cold canary prefills ×3.2 the tokens per request."""
-    if canary is None or stable is None:
+    if canary.uncached is None or stable.uncached is None:
         return None
-    values = []
-    for result, n in ((canary, counts[0]), (stable, counts[1])):
+    values: list[float] = []
+    fetched: list[float] = []
+    for result, part, n in ((canary.uncached, canary.fetched, counts[0]), (stable.uncached, stable.fetched, counts[1])):
         checked = _check(result, window)
         if checked.verdict is not None or checked.value is None or checked.value < 0 or n <= 0:
             return None
         values.append(checked.value / n)
-    return UncachedWork(values[0], values[1])
+        got = _check(part, window) if part is not None else None
+        if got is not None and got.verdict is None and got.value is not None and 0 <= got.value <= checked.value:
+            fetched.append(got.value / n)
+    if len(fetched) != 2:
+        return UncachedWork(values[0], values[1])
+    return UncachedWork(values[0], values[1], fetched[0], fetched[1])
 
 
 PAIR_TOTALS_TOLERANCE: Final = 0.05
@@ -619,10 +634,15 @@ def _pairs(
 ) -> PairLatencies:
     stable_pairs = pair_latencies(stable.pair_counts, stable.pair_sums, stable_totals, window)
     uncached = pair_uncached_tokens(stable.pair_counts, stable.pair_uncached, stable.uncached, window)
+    known = bool(stable_pairs) and len(uncached) == len(stable_pairs)
+    fetched = pair_uncached_tokens(stable.pair_counts, stable.pair_fetched, stable.fetched, window) if known else ()
+    if len(fetched) != len(uncached) or any(f > u for f, u in zip(fetched, uncached, strict=False)):
+        fetched = ()  # the shared tier's share per pair, only where every pair answers it within its misses
     return PairLatencies(
         pair_latencies(canary.pair_counts, canary.pair_sums, canary_totals, window),
         stable_pairs,
-        uncached if stable_pairs and len(uncached) == len(stable_pairs) else (),
+        uncached if known else (),
+        fetched,
     )
 
 
@@ -697,7 +717,7 @@ def _comparison(
             confidence_percent=confidence,
             max_mean_ratio_percent=gate.compare.max_mean_ratio_percent,
             work=(
-                uncached_work(canary.uncached, stable.uncached, counts, window)
+                uncached_work(canary, stable, counts, window)
                 if gate.compare.normalize == "UncachedPromptTokens"
                 else None
             ),

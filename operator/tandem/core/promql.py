@@ -91,6 +91,7 @@ METRIC_TPOT_BUCKET: Final = em.bucket(em.TPOT)
 METRIC_REQUEST_SUCCESS: Final = em.total(em.REQUEST_SUCCESS)
 METRIC_PREFIX_CACHE_HITS: Final = em.total(em.PREFIX_HITS)
 METRIC_PREFIX_CACHE_QUERIES: Final = em.total(em.PREFIX_QUERIES)
+METRIC_EXTERNAL_PREFIX_CACHE_HITS: Final = em.total(em.EXTERNAL_HITS)
 
 # --- templates ------------------------------------------------------------------------------------
 
@@ -211,6 +212,10 @@ class SampleQueries:
     pair_uncached: str | None = None
     """With ``uncached``: the same per pair (``sum by (pair)`` of both counters), so a TTFT gate can fit stable's
     pairs' mean TTFT on their own prefill work (``core.pairfit``, :data:`PAIR_UNCACHED_TOKENS_QUERY`)."""
+    fetched: str | None = None
+    """With ``uncached``: of those tokens, the ones fetched from the shared tier (:data:`FETCHED_TOKENS_QUERY`)."""
+    pair_fetched: str | None = None
+    """With ``pair_uncached``: the same per pair (:data:`PAIR_FETCHED_TOKENS_QUERY`)."""
 
     def texts(self) -> tuple[str, ...]:
         """The queries that are set, in field order."""
@@ -218,17 +223,32 @@ class SampleQueries:
 
 
 _SEL_PREFILL = 'namespace="${namespace}",pool="${pool}",revision="${revision}",role="prefill"'
+
+
+def _prefill_increase(metric: str) -> str:
+    return f"increase({metric}{{{_SEL_PREFILL}}}[${{interval}}])"
+
+
 UNCACHED_TOKENS_QUERY: Final = (
-    f"sum(increase({METRIC_PREFIX_CACHE_QUERIES}{{{_SEL_PREFILL}}}[${{interval}}]))"
-    f" - sum(increase({METRIC_PREFIX_CACHE_HITS}{{{_SEL_PREFILL}}}[${{interval}}]))"
+    f"sum({_prefill_increase(METRIC_PREFIX_CACHE_QUERIES)}) - sum({_prefill_increase(METRIC_PREFIX_CACHE_HITS)})"
 )
-"""Uncached prompt tokens in the window, read on prefill instances whatever the gate's role (the decode side's
-TTFT histogram counts the same requests). Both counters are vLLM's, in tokens (integration.md §4)."""
+"""Uncached prompt tokens in the window (local misses), read on prefill instances whatever the gate's role (the decode
+side's TTFT histogram counts the same requests). Both counters are vLLM's, in tokens (integration.md §4)."""
 PAIR_UNCACHED_TOKENS_QUERY: Final = (
-    f"sum by ({LABEL_PAIR}) (increase({METRIC_PREFIX_CACHE_QUERIES}{{{_SEL_PREFILL}}}[${{interval}}]))"
-    f" - sum by ({LABEL_PAIR}) (increase({METRIC_PREFIX_CACHE_HITS}{{{_SEL_PREFILL}}}[${{interval}}]))"
+    f"sum by ({LABEL_PAIR}) ({_prefill_increase(METRIC_PREFIX_CACHE_QUERIES)})"
+    f" - sum by ({LABEL_PAIR}) ({_prefill_increase(METRIC_PREFIX_CACHE_HITS)})"
 )
 """:data:`UNCACHED_TOKENS_QUERY` per pair: both sides carry only ``pair``, so PromQL matches them one to one."""
+FETCHED_TOKENS_QUERY: Final = f"sum({_prefill_increase(METRIC_EXTERNAL_PREFIX_CACHE_HITS)})"
+"""Of the uncached tokens, those the prefill instances fetched through the KV connector (the shared Mooncake tier,
+``external_prefix_cache_hits``) instead of computing them. A cold canary misses locally what the shared tier mostly
+holds, and fetching a block costs a fraction of computing it (W5: with local misses as the work, a good canary's
+TTFT sat at ×0.8 of stable's line). An engine without a connector has no such counter: the answer is empty, and the
+line counts every local miss as prefilled, as without this query. On prefill instances only: a decode instance's
+external hits are the P→D transfer."""
+PAIR_FETCHED_TOKENS_QUERY: Final = f"sum by ({LABEL_PAIR}) ({_prefill_increase(METRIC_EXTERNAL_PREFIX_CACHE_HITS)})"
+""":data:`FETCHED_TOKENS_QUERY` per pair (a pair without the counter is missing from the answer, which then leaves
+the line on local misses: ``core.gates.pair_uncached_tokens`` wants every pair)."""
 
 
 def _increase(metric: str, extra: str = "") -> str:
@@ -241,8 +261,9 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
     Example: ``TPOTP90`` →
     ``count = sum(increase(vllm:request_time_per_output_token_seconds_count{...}[${interval}]))``,
     ``buckets = sum by (le) (increase(..._bucket{...}[${interval}]))``, ``sum = sum(increase(..._sum{...}[...]))``.
-    With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`)
-    and ``pair_uncached`` (:data:`PAIR_UNCACHED_TOKENS_QUERY`).
+    With ``normalize="UncachedPromptTokens"`` a TTFT template also gets ``uncached`` (:data:`UNCACHED_TOKENS_QUERY`),
+    ``pair_uncached`` (:data:`PAIR_UNCACHED_TOKENS_QUERY`), ``fetched`` and ``pair_fetched``
+    (:data:`FETCHED_TOKENS_QUERY`, :data:`PAIR_FETCHED_TOKENS_QUERY`).
     Every latency template also gets ``pair_counts`` and ``pair_sums`` (``sum by (pair)`` of ``_count`` and ``_sum``).
     """
     if template not in TEMPLATES:
@@ -258,6 +279,8 @@ def template_sample_queries(template: str, normalize: str = "None") -> SampleQue
             pair_counts=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_count')})",
             pair_sums=f"sum by ({LABEL_PAIR}) ({_increase(histogram + '_sum')})",
             pair_uncached=PAIR_UNCACHED_TOKENS_QUERY if normalized else None,
+            fetched=FETCHED_TOKENS_QUERY if normalized else None,
+            pair_fetched=PAIR_FETCHED_TOKENS_QUERY if normalized else None,
         )
     requests = f"sum({_increase(METRIC_REQUEST_SUCCESS)})"
     if template == HIT_RATIO_TEMPLATE:

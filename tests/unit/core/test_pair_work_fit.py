@@ -162,9 +162,9 @@ def test_the_canary_borrows_the_spread_around_the_mean_it_is_held_to() -> None:
     fit = work_fit(work, pairs)
     assert fit is not None
     tiny = 1e-12  # a per-request bound far below the borrowed spread: the borrowed one decides
-    own, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, work.canary)
+    own, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, (work.canary, None))
     held = fit.predict(work.canary) * 2
-    doubled, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, work.canary, held)
+    doubled, _, _ = _mean_variances(tiny, c.count, tiny, s.count, pairs, 1.0, fit, (work.canary, None), held)
     assert doubled == pytest.approx(4 * own)
 
 
@@ -204,6 +204,10 @@ def test_only_a_normalised_ttft_gate_asks_for_each_pairs_work() -> None:
     assert template_sample_queries("TTFTP95").pair_uncached is None
     assert template_sample_queries("TPOTP90", "UncachedPromptTokens").pair_uncached is None
     assert PAIR_UNCACHED_TOKENS_QUERY.count("sum by (pair)") == 2 and 'role="prefill"' in PAIR_UNCACHED_TOKENS_QUERY
+    # the shared tier's part, per pair (the queries' semantics run on the real Prometheus in
+    # tests/cluster/test_metric_gates.py)
+    fetched = template_sample_queries("TTFTP95", "UncachedPromptTokens").pair_fetched
+    assert fetched is not None and "vllm:external_prefix_cache_hits_total" in fetched and 'role="prefill"' in fetched
 
 
 def test_the_gate_passes_each_stable_pairs_work_to_the_comparison() -> None:
@@ -232,3 +236,133 @@ def test_the_gate_passes_each_stable_pairs_work_to_the_comparison() -> None:
     off = dataclasses.replace(stable, pair_uncached=res(fp.by_pair({"p00": 10 * sum(su)}), "pu"))
     got = g.evaluate_gate(gate, res(fp.value(3.0)), res(fp.value(2.0)), WINDOW, g.GateSamples(canary, off))
     assert "on its pairs' line" not in (got.condition or ""), got.condition
+
+
+# --- the shared tier's part of the misses ----------------------------------------------------------------------
+
+
+def _fetching_fleet(
+    rng: random.Random, works: list[tuple[float, float]], n: int, prefill_mult: float = 1.0
+) -> tuple[LatencyHistogram, tuple[tuple[float, float], ...], tuple[float, ...], tuple[float, ...]]:
+    """As :func:`_fleet`, with each pair's ``(prefilled, fetched)`` tokens per request: TTFT = 0.2 s + 45 µs per
+    prefilled token × ``prefill_mult`` + 5 µs per fetched token (the shared tier's transfer), times the pair's load
+    and each request's noise. Returns the histogram, (n, sum) per pair, local misses and fetched tokens per pair."""
+    samples, misses, fetched = [], [], []
+    for computed, shared in works:
+        scale = [rng.lognormvariate(-0.32, 0.8) for _ in range(n)]
+        load = rng.lognormvariate(0.0, 0.12)
+        samples.append(
+            [
+                (0.2 + 45e-6 * computed * k * prefill_mult + 5e-6 * shared * k) * load * rng.lognormvariate(-0.02, 0.2)
+                for k in scale
+            ]
+        )
+        misses.append(sum((computed + shared) * k for k in scale))
+        fetched.append(sum(shared * k for k in scale))
+    hist, per = _histogram(TTFT_BUCKETS, samples)
+    return hist, per, tuple(misses), tuple(fetched)
+
+
+def _stable_fetching(rng: random.Random) -> list[tuple[float, float]]:
+    return [(rng.uniform(3_000, 15_000), rng.uniform(5_000, 20_000)) for _ in range(70)]
+
+
+def test_the_fit_separates_prefilled_from_fetched_tokens() -> None:
+    """Stable pairs that prefill 3–15 k and fetch 5–20 k tokens per request: the fit finds the prefill slope near
+    45 µs and a fetch slope near 5 µs — within [0, b] — with three parameters spent."""
+    rng = random.Random(31)
+    _, sp, su, sf = _fetching_fleet(rng, _stable_fetching(rng), 100)
+    fit = fit_pair_work(sp, su, sf)
+    assert fit is not None and not fit.merged and fit.parameters == 3
+    assert 35e-6 < fit.slope < 55e-6 and 0 <= fit.fetch_slope < 15e-6, (fit.slope, fit.fetch_slope)
+    assert fit.prediction_variance(fit.work, fit.fetched) == pytest.approx(fit.mean_variance)
+    assert fit.prediction_variance(fit.work, fit.fetched + 20_000) > fit.mean_variance
+    # without the shared tier's counters: one slope on the local misses, as before
+    plain = fit_pair_work(sp, su)
+    assert plain is not None and plain.merged and plain.parameters == 2 and plain.fetch_slope == plain.slope
+
+
+@pytest.mark.parametrize(
+    ("fetch_cost", "want_merged", "want_fetch_slope"),
+    [
+        pytest.param(-20e-6, False, 0.0, id="fetching cannot save time: c = 0"),
+        pytest.param(90e-6, True, None, id="fetching cannot cost more than computing: c = b"),
+    ],
+)
+def test_the_fetch_slope_stays_between_nothing_and_a_computed_token(
+    fetch_cost: float, want_merged: bool, want_fetch_slope: float | None
+) -> None:
+    pairs, misses, fetched = [], [], []
+    for i in range(30):
+        computed, shared = 3_000 + 400 * i, 5_000 + 500 * ((i * 7) % 30)
+        y = 0.2 + 45e-6 * computed + fetch_cost * shared
+        pairs.append((100.0, 100 * y * (1.02 if i % 2 else 0.98)))
+        misses.append(100.0 * (computed + shared))
+        fetched.append(100.0 * shared)
+    fit = fit_pair_work(pairs, misses, fetched)
+    assert fit is not None and fit.merged is want_merged, fit
+    assert 0.0 <= fit.fetch_slope <= fit.slope
+    if want_fetch_slope is not None:
+        assert fit.fetch_slope == want_fetch_slope and fit.parameters == 2
+
+
+def _judge_fetching(
+    rng: random.Random, canary: tuple[float, float], mult: float, *, fetched: bool = True
+) -> Comparison:
+    c, cp, cu, cf = _fetching_fleet(rng, [canary, canary], 100, mult)
+    s, sp, su, sf = _fetching_fleet(rng, _stable_fetching(rng), 100)
+    work = UncachedWork(
+        sum(cu) / c.count, sum(su) / s.count, *((sum(cf) / c.count, sum(sf) / s.count) if fetched else (None, None))
+    )
+    pairs = PairLatencies(cp, sp, su, sf if fetched else ())
+    return compare_latency(c, s, confidence_percent=99.0, max_mean_ratio_percent=110.0, work=work, pairs=pairs)
+
+
+def test_a_cold_canary_is_held_to_the_work_it_did() -> None:
+    """A cold canary misses locally what the shared tier holds: it prefills 8 k tokens per request, as stable's
+    pairs do, but fetches 35 k where they fetch 5–20 k. Counted as prefilled, those misses would excuse any TTFT
+    (the canary sits above every stable pair's local misses: no line at all, only the proportional scaling, which
+    reads a TTFT × 1.5 canary at well under × 1.1). Priced at the fetch slope the line finds, the good canary reads
+    about × 1 and the bad one (prefill × 2: TTFT × 1.5 at this work) fails. Measured at seed 32: good 0 of 40
+    windows fail (median × 0.99), bad 35 of 40 (median × 1.49), bad without the fetched counters 0 of 40 (× 0.80)."""
+    rng = random.Random(32)
+    good = [_judge_fetching(rng, (8_000.0, 35_000.0), 1.0) for _ in range(40)]
+    bad = [_judge_fetching(rng, (8_000.0, 35_000.0), 2.0) for _ in range(40)]
+    blind = [_judge_fetching(rng, (8_000.0, 35_000.0), 2.0, fetched=False) for _ in range(40)]
+    assert all("prefilled" in x.summary for x in good + bad), good[0].summary
+    assert sum(x.worse for x in good) <= 1, [x.summary for x in good if x.worse]
+    assert 0.9 < sorted(x.ratio for x in good)[20] < 1.1
+    assert sum(x.worse for x in bad) >= 30, sorted(x.ratio for x in bad)
+    assert sum(x.worse for x in blind) <= 4, sorted(x.ratio for x in blind)
+
+
+def _work(canary_fetched: fp.Reply | None, stable_fetched: fp.Reply | None) -> UncachedWork | None:
+    def side(uncached: float, fetched: fp.Reply | None) -> g.SampleResults:
+        return g.SampleResults(
+            res(fp.value(100), "n"),
+            uncached=res(fp.value(uncached), "u"),
+            fetched=res(fetched, "f") if fetched is not None else None,
+        )
+
+    return g.uncached_work(side(3_000_000, canary_fetched), side(1_000_000, stable_fetched), (100.0, 100.0), WINDOW)
+
+
+@pytest.mark.parametrize(
+    ("canary", "stable", "want"),
+    [
+        pytest.param(fp.value(2_000_000), fp.value(400_000), (20_000.0, 4_000.0), id="both answer"),
+        pytest.param(fp.value(2_000_000), fp.empty(), None, id="no connector on stable"),
+        pytest.param(None, fp.value(400_000), None, id="not asked"),
+        pytest.param(fp.value(3_500_000), fp.value(400_000), None, id="more fetched than missed"),
+        pytest.param(fp.value(2_000_000), fp.value(400_000, age_s=600), None, id="stale"),
+        pytest.param(fp.value(-5), fp.value(400_000), None, id="negative"),
+    ],
+)
+def test_the_shared_tiers_part_is_believed_only_from_both_revisions(
+    canary: fp.Reply | None, stable: fp.Reply | None, want: tuple[float, float] | None
+) -> None:
+    """Without a usable fetched answer on both sides every local miss counts as prefilled, as before the shared
+    tier's counters were read; the local misses themselves are unaffected."""
+    work = _work(canary, stable)
+    assert work is not None and (work.canary, work.stable) == (30_000.0, 10_000.0)
+    assert (None if work.canary_fetched is None else (work.canary_fetched, work.stable_fetched)) == want
