@@ -349,7 +349,8 @@ def _mean_variances(
     ``fit`` (a TTFT gate's stable pairs fitted on their uncached work, :mod:`tandem.core.pairfit`): stable's side is
     the line's prediction at the canary's ``work`` per request, so its variance is the prediction's, and the spread
     the canary borrows is one pair's around the line (relative, times the square of ``baseline``, the mean the canary
-    is held to: the prediction, or the bound it was clamped to), both with ``k − 2`` degrees of freedom."""
+    is held to: the prediction, or the bound it was clamped to), both with ``k − 2`` degrees of freedom (``k − 3`` when
+    the fit also prices the fetched tokens)."""
     k1, k2 = _pair_count(pairs.canary), _pair_count(pairs.stable)
     between2: float | None
     one_pair: float | None
@@ -444,7 +445,9 @@ def compare_latency(
     ``× max(1, x_c/x̄)``, by the mean test alone (the canary's keys are not stable's mix either). Example (W5 at
     the full rate, seed 1, TTFT × 1.5 canary, warm): 93 requests at 36.4 k tokens/request, mean 2.70 s; stable's
     70 pairs at 17.0 k, mean 0.98 s, slope 36 µs/token → line 1.68 s, ratio 1.61, where the proportional scaling
-    (× 36.4/17.0 = 2.14 → 2.10 s) read × 1.29.
+    (× 36.4/17.0 = 2.14 → 2.10 s) read × 1.29. With the shared tier's counters the line prices the canary's fetched
+    tokens apart from its prefilled ones (:func:`work_fit`, :mod:`tandem.core.pairfit`); the clamp still reads the
+    revisions' local misses.
 
     ``pairs``: each arm's mean-test variance is the larger of the per-request bound and the variance between its
     pairs (``design effect`` ``d`` = between / (bound / n), at least 1), so a window where one busy pair's queue
