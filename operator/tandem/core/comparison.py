@@ -266,6 +266,8 @@ class UncachedWork:
     """Of ``canary``, the tokens per request the shared tier supplied (``external_prefix_cache_hits``; None: not
     known). The proportional scaling counts them as work, the line through stable's pairs prices them itself."""
     stable_fetched: float | None = None
+    """Stable's, for the record and the verdict's reader: the fit itself reads each stable pair's own fetched tokens
+    (:attr:`PairLatencies.stable_fetched`), and it is asked only when both revisions answer."""
 
     def point(self, fit: WorkFit) -> tuple[float, float | None]:
         """Where the canary sits on ``fit``: its prefilled and fetched tokens per request, or its local misses when

@@ -218,7 +218,7 @@ def fit_pair_work(
     With ``fetched``: TTFT on the tokens *prefilled* (missed − fetched) and the tokens fetched, the fetch slope kept
     within ``[0, b]`` (a fetched token costs at least nothing and at most what computing it would): at a bound, the
     one-slope line on the prefilled tokens (``c = 0``) or on the local misses (``c = b``, :attr:`WorkFit.merged`),
-    whichever bound the unconstrained fit crossed. Without it, the line on the local misses."""
+    whichever fits the pairs better (:func:`_bound`). Without it, the line on the local misses."""
     if len(pairs) != len(uncached) or (fetched and len(fetched) != len(pairs)):
         return None
     shared = fetched or [0.0] * len(pairs)
@@ -232,15 +232,16 @@ def fit_pair_work(
     two = _two_slopes(rows)
     if two is not None:
         return two
-    # The unconstrained fetch slope fell outside [0, b] (or could not be fitted): the nearer bound.
+    # The unconstrained fetch slope fell outside [0, b] (or could not be fitted): the better-fitting bound.
     prefilled = _one_slope(rows, merged=False)
     merged = _one_slope(rows, merged=True)
     return _bound(rows, prefilled, merged)
 
 
 def _bound(rows: Sequence[_Row], prefilled: WorkFit | None, merged: WorkFit | None) -> WorkFit | None:
-    """Of the two one-slope lines, the one with the smaller weighted residual sum of squares: the constrained
-    optimum lies on the bound the unconstrained one crossed, and that bound's line fits better."""
+    """Of the two one-slope lines, the one with the smaller weighted residual sum of squares: with the unconstrained
+    optimum outside ``0 ≤ c ≤ b``, the constrained one lies on one of the two bounds, and the least squares over both
+    bounds pick it."""
     fits = [f for f in (prefilled, merged) if f is not None]
     if not fits:
         return None
