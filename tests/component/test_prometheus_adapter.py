@@ -475,8 +475,8 @@ async def test_evaluate_metric_gates_compares_canary_with_stable() -> None:
 
 
 async def test_a_step_window_gate_queries_the_whole_step_and_runs_the_sequential_errors_test() -> None:
-    """``compare.window: Step``: 5 min after the step started (delay 60 s) the errors gate reads ``[4m]`` — the step
-    since its delay — while the per-interval gate keeps ``[1m]``; the step gate's errors are judged by Wald's
+    """``compare.window: Step``: 5 min after the step started (delay 60 s) the errors gate reads ``[5m]`` — the whole
+    step, its delay included — while the per-interval gate keeps ``[1m]``; the step gate's errors are judged by Wald's
     sequential test at the gate's own α (valid at every look), the interval gate's by Fisher's."""
     now = START + timedelta(minutes=5)
     fake = fp.FakePrometheus(now=lambda: now)
@@ -495,8 +495,8 @@ async def test_a_step_window_gate_queries_the_whole_step_and_runs_the_sequential
         fake, gates, TARGET, analysis=SPEC, step_started_at=START, scrape_interval_s=15, clock=lambda: now
     )
     data = [c.query for c in fake.calls if not freshness_of(c.query)]
-    assert {q for q in data if "[4m]" in q} and {q for q in data if "[1m]" in q}
-    assert not {q for q in data if "[4m]" in q and "[1m]" in q}
+    assert {q for q in data if "[5m]" in q} and {q for q in data if "[1m]" in q}
+    assert not {q for q in data if "[5m]" in q and "[1m]" in q}
     # 9/600 vs 30/6000: Fisher p = 0.0070 < 0.01 fails a one-window gate; Wald's ln LR against +1 point is
     # 9·ln(3.0) − 591·0.0101 = 3.82, mixed with larger increases 3.16 ≤ ln 100: not yet evidence over a step
     # that is looked at every 30 s.

@@ -443,9 +443,10 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
         MetricGate.model_validate({"name": "step", "template": "ErrorRate", "compare": {"window": "Step"}}),
         MetricGate.model_validate({"name": "interval", "template": "ErrorRate", "compare": {}}),
     ]
-    # the step started at -60 s with a 60 s delay: at 180 s the step range is 3m, the interval's 1m
-    verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(-60.0), 15.0, 131_072)
-    assert "errors 3/120" in verdicts[0].condition and "step look 7" in verdicts[0].condition
+    # the step started at 0 s with a 60 s delay: at 180 s the step range is the whole step, 3m (its first
+    # minute included), the interval's 1m; look 1 + (180 − 60)/30 = 5
+    verdicts = rollout.evaluate_gates(store, 180.0, gates, analysis, "r2", "r1", rollout.at(0.0), 15.0, 131_072)
+    assert "errors 3/120" in verdicts[0].condition and "step look 5" in verdicts[0].condition
     assert "errors 1/40" in verdicts[1].condition and "step look" not in verdicts[1].condition
 
 

@@ -124,6 +124,8 @@ class World:
     routing: Any = None
     revisions: dict[str, Any] = field(default_factory=dict)
     never_ready: set[str] = field(default_factory=set)
+    never_ready_pairs: set[str] = field(default_factory=set)
+    """Pair ids whose pods stay unready (an image pull or a model load that takes long)."""
     allowed_registries: tuple[str, ...] = ()
     router_streams: Any = None
     """What the routers report this pass (`tandem.core.drains.RouterStreams`, or None: not configured)."""
@@ -158,6 +160,7 @@ class World:
                 and not pod.ready
                 and self._age[name] >= self.ready_delay_ticks
                 and pod.revision not in self.never_ready
+                and pod.labels.get(LABEL_PAIR) not in self.never_ready_pairs
             ):
                 self.pods[name] = replace(pod, ready=True, phase="Running", pod_ip=f"10.0.0.{len(self.pods)}")
         plan = plan_pool(self.snapshot())

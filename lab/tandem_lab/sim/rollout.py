@@ -304,7 +304,6 @@ def evaluate_gates(
         step_interval=step_range(
             now=at(now),
             step_started_at=step_started_at,
-            initial_delay_s=parse_duration(analysis.initial_delay),
             rate_window_s=window_s,
         ),
         max_prompt_tokens=max_prompt_tokens,

@@ -53,7 +53,6 @@ from urllib3.util.retry import Retry
 
 from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
-from tandem.api.quantity import parse_duration
 from tandem.core.gaterun import gate_queries, judge, step_range
 from tandem.core.gates import SampleWindow
 from tandem.core.promql import (
@@ -333,7 +332,6 @@ async def evaluate_metric_gates(
         step_interval=step_range(
             now=started,
             step_started_at=step_started_at,
-            initial_delay_s=parse_duration(analysis.initial_delay),
             rate_window_s=rate_window_s,
         ),
         max_prompt_tokens=target.max_prompt_tokens,

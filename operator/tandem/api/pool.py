@@ -647,12 +647,14 @@ class GateComparison(ApiModel):
     canary with no local hits at all (a broken prefix cache)."""
     window: Literal["Interval", "Step"] = "Interval"
     """Interval: each evaluation compares the last `interval`. Step: each evaluation compares everything since the
-    step's `initialDelay` ended, so evidence accumulates over the step (a small first exposure reaches a verdict);
-    the confidence is then spent over the step's looks — look j tests at α/(j·(j+1)), which sums to α however long
-    the step runs — so looking again at growing data adds no false alarms. ErrorRate gates instead run Wald's
-    sequential test against stable's rate + `errorIncreasePermille` at the full α, valid at every look, which needs
-    about two thirds of the canary requests to fail a bad version. Keep TTFT gates on Interval when canary caches start
-    cold: a step window keeps the cold start in every look."""
+    step started (the first look is still at `initialDelay`), so evidence accumulates over the step (a small first
+    exposure reaches a verdict); the confidence is then spent over the step's looks — look j tests at α/(j·(j+1)),
+    which sums to α however long the step runs — so looking again at growing data adds no false alarms. ErrorRate
+    gates instead run Wald's sequential test against stable's rate + `errorIncreasePermille` at the full α, valid at
+    every look, which needs about two thirds of the canary requests to fail a bad version. A Step gate's Failure
+    fails the step at once, whatever `failureLimit` says: its test already holds its confidence over every look,
+    and the next look would only read the same requests again. Keep TTFT gates on Interval when canary caches
+    start cold: a step window keeps the cold start in every look."""
 
 
 GATE_PRESETS: dict[str, dict[str, Any]] = {
@@ -900,11 +902,13 @@ class AnalysisSpec(ApiModel):
     timeout: Duration = "10s"
     """Timeout of one query; must be shorter than interval."""
     initial_delay: Duration = "60s"
-    """Wait after a step starts before the first sample counts (canary caches are cold)."""
+    """Wait after a step starts before its first evaluation (canary caches are cold): Interval gates count
+    samples from then on; `compare.window: Step` gates count the whole step from its start."""
     success_streak: Annotated[int, Field(ge=1, le=100)] = 3
     """Consecutive Successes of every gate needed to pass an analysis step."""
     failure_limit: Annotated[int, Field(ge=-1, le=100)] = 0
-    """Failures tolerated in a step; one more triggers the failure action. -1 disables."""
+    """Failed evaluations tolerated in a step; one more triggers the failure action. A Failure of a
+    `compare.window: Step` gate triggers it at once (its test is valid at every look). -1 disables."""
     no_data_deadline: Duration = "10m"
     """How long NoData or Error may last before `onNoData` is applied."""
     on_no_data: Literal["Pause", "Rollback"] = "Pause"
@@ -959,7 +963,8 @@ class RolloutStep(ApiModel):
     }
 
     set_weight: Annotated[int, Field(ge=1, le=100)] | None = None
-    """Give the canary this percent of traffic and ⌈percent × replicas⌉ pairs. 100 promotes."""
+    """Give the canary this percent of traffic and ⌈percent × replicas⌉ pairs. 100 promotes. With surge
+    capacity the new percent is published once all the step's pairs are Ready (before, the previous step's)."""
     set_canary_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] | None = None
     """Run this many canary pairs; traffic follows their share of serving pairs."""
     pause: PauseStep | None = None

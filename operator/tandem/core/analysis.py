@@ -22,7 +22,8 @@ Rules, for one evaluation with the verdicts of every gate of the step:
    resets. (A step without any gate is paused too, reason ``NoGates``: nothing could ever pass it.)
 4. **Failures.** An evaluation with at least one Failure counts once toward ``failures`` (per step);
    ``failures > failureLimit`` → ``Failed`` (``failureLimit: -1`` never fails). A Failure resets the
-   streak.
+   streak. A Failure of a ``compare.window: Step`` gate fails the step at once (``failures`` is raised to
+   ``failureLimit + 1``): its test is already valid at every look, so a confirming look adds only delay.
 5. **Streak.** All gates Success → ``successStreak + 1``; anything else → 0. Streak ≥ ``successStreak``
    → ``Passed``. NoData and Error never count as Success.
 6. **NoData / Error** in any gate → hold; ``noDataSince`` is set at the first such evaluation and kept
@@ -163,6 +164,16 @@ def _standing(progress: AnalysisProgress, spec: AnalysisSpec, now: datetime) -> 
     return Outcome.CONTINUE
 
 
+def _step_window_failures(verdicts: Sequence[GateVerdict], spec: AnalysisSpec) -> bool:
+    """Whether a ``compare.window: Step`` gate failed (rule 4): such a failure spends the rest of the step's
+    ``failureLimit`` at once. ``failureLimit`` absorbs a noisy window, but a Step gate has no separate windows:
+    its test already holds its confidence over every look of the step (Wald's ratio for errors, α spent over
+    the looks otherwise), and the next look re-reads the same requests plus an interval's more. Waiting for it
+    cost W5's errors canary one more interval on its 2 % step — about 117 requests of a 834-request budget."""
+    stepped = {g.name for g in spec.metrics if g.compare is not None and g.compare.window == "Step"}
+    return any(v.verdict == VERDICT_FAILURE and v.name in stepped for v in verdicts)
+
+
 def _deadline(spec: AnalysisSpec) -> timedelta:
     return timedelta(seconds=parse_duration(spec.no_data_deadline))
 
@@ -226,13 +237,16 @@ def evaluate_step(
     if VERDICT_FAILURE in kinds:
         failures = min(failures + 1, 100_000)
         streak = 0
+        stepped = spec.failure_limit >= 0 and failures <= spec.failure_limit and _step_window_failures(verdicts, spec)
+        if stepped:
+            failures = spec.failure_limit + 1
         if spec.failure_limit >= 0 and failures > spec.failure_limit:
-            return done(
-                Outcome.FAILED,
-                REASON_FAILURE_LIMIT,
-                f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}: "
-                + _summary(verdicts, {VERDICT_FAILURE}),
+            why = (
+                "a window: Step gate failed (valid at every look; failureLimit not waited out)"
+                if stepped
+                else f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}"
             )
+            return done(Outcome.FAILED, REASON_FAILURE_LIMIT, f"{why}: " + _summary(verdicts, {VERDICT_FAILURE}))
     elif kinds == {VERDICT_SUCCESS}:
         streak += 1
     else:

@@ -1,8 +1,8 @@
 """Running an analysis step's metric gates, minus the I/O: what to ask, then a judgement over the answers.
 
 What it owns, all pure:
-- :func:`step_range`: the ``${interval}`` of a ``compare.window: Step`` gate — the time since the step's
-  ``initialDelay`` ended, in whole seconds, once that is longer than the rate window;
+- :func:`step_range`: the ``${interval}`` of a ``compare.window: Step`` gate — the time since the step
+  started, in whole seconds, once that is longer than the rate window;
 - :func:`gate_queries`: for each gate, the rendered queries (canary, baseline, and the sample counts it
   needs, ``core.gates.resolve_gate_queries``) or, when a query cannot be rendered, its Error
   ``InvalidQuery`` verdict; and, for the whole pass, every query text to send once, each with the
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from tandem.api.pool import MetricGate
 from tandem.api.pool_status import GateVerdict
@@ -85,12 +85,18 @@ class GatePlan:
         return (*self.texts(), *self.freshness().values())
 
 
-def step_range(*, now: datetime, step_started_at: datetime, initial_delay_s: float, rate_window_s: float) -> str | None:
-    """The range a ``window: Step`` gate queries: from the end of the step's ``initialDelay`` to ``now``, in
-    whole seconds — None while that is not longer than the rate window (the gate then reads ``${interval}``
-    like any other). Example: step started 12:00:00, delay 60 s, now 12:05:30.4, rate window 60 s → ``4m30s``.
+def step_range(*, now: datetime, step_started_at: datetime, rate_window_s: float) -> str | None:
+    """The range a ``window: Step`` gate queries: from the step's start to ``now``, in whole seconds — None
+    while that is not longer than the rate window (the gate then reads ``${interval}`` like any other).
+    Example: step started 12:00:00, now 12:05:30.4, rate window 60 s → ``5m30s``.
+
+    From the start, not from the end of ``initialDelay``: the delay says when to look first, and a cumulative
+    window that dropped it would drop requests the canary served to users — at W5's first step about a
+    quarter of the 0.1 % exposure budget, spent before the errors test saw a request. (An analysis step
+    starts in the pass that publishes its weight, ``core.rollout.published_weight``, so the step's requests
+    are the canary's requests at that weight.)
     """
-    since = (now - (step_started_at + timedelta(seconds=initial_delay_s))).total_seconds()
+    since = (now - step_started_at).total_seconds()
     whole = int(since)
     return format_duration(whole) if whole > rate_window_s else None
 

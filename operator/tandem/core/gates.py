@@ -70,7 +70,8 @@ up and found) are tested; an invalid answer stops the gate by the rules above (s
 =====================  ===================================  =========  ==========================
 
 **Step windows** (``compare.window: Step``): the caller renders the gate's ``${interval}`` as the time since
-the step's ``initialDelay`` ended (``core.gaterun.step_range``), so each look sees the whole step so far,
+the step started (``core.gaterun.step_range``; the first look is still at ``initialDelay``), so each look sees
+the whole step so far,
 and the comparison runs at the look's share of ``α``: ``α/(j(j+1))`` at look ``j``
 (:attr:`SampleWindow.look`, :func:`look_confidence`), which sums to ``α`` over any number of looks.
 An ``ErrorRate`` gate is the exception: it runs Wald's sequential test at the gate's own ``α``, valid at

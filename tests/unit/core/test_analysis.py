@@ -145,6 +145,30 @@ def test_failure_limit_zero_fails_on_the_first_failure_and_minus_one_never() -> 
     assert evs[-1].progress.failures == 60
 
 
+def _with_gates(spec: AnalysisSpec, step_window: str) -> AnalysisSpec:
+    """``spec`` with gates g0 (ErrorRate, ``compare.window`` = ``step_window``) and g1 (a TPOT comparison)."""
+    metrics = [
+        MetricGate.model_validate({"name": "g0", "template": "ErrorRate", "compare": {"window": step_window}}),
+        MetricGate.model_validate({"name": "g1", "template": "TPOTP90", "compare": {}}),
+    ]
+    return spec.model_copy(update={"metrics": metrics})
+
+
+def test_a_step_window_failure_fails_the_step_without_waiting_out_failure_limit() -> None:
+    """A Step gate's test holds its α over every look: its first Failure fails the step (the errors canary's
+    confirming look cost W5 about 117 requests); an Interval gate's Failure still counts one of failureLimit."""
+    step = _with_gates(SPEC, "Step")
+    first = run([(60, [S, S]), (90, [F, S])], step)[-1]
+    assert first.outcome is a.Outcome.FAILED and first.reason == "FailureLimitExceeded"
+    assert first.message.startswith("a window: Step gate failed") and first.progress.failures == 2
+    # g1 is on Interval windows: its Failure is one of the failureLimit 1 tolerated
+    assert run([(60, [S, S]), (90, [S, F])], step)[-1].outcome is a.Outcome.CONTINUE
+    interval = _with_gates(SPEC, "Interval")
+    assert run([(60, [S, S]), (90, [F, S])], interval)[-1].outcome is a.Outcome.CONTINUE
+    never = _with_gates(SPEC.model_copy(update={"failure_limit": -1}), "Step")
+    assert {ev.outcome for ev in run([(60 + 30 * i, [F, S]) for i in range(5)], never)} == {a.Outcome.CONTINUE}
+
+
 def test_at_most_one_evaluation_per_interval() -> None:
     first = a.evaluate_step(AnalysisProgress(), verdicts(S), SPEC, T0, at(60))
     again = a.evaluate_step(first.progress, verdicts(S), SPEC, T0, at(75))

@@ -134,16 +134,14 @@ def test_judge_reads_the_sample_answers() -> None:
 @pytest.mark.parametrize(
     ("since_start_s", "want"),
     [
-        pytest.param(330.4, "4m30s", id="5m30.4s after start, 60 s delay: whole seconds since the delay"),
-        pytest.param(120, None, id="60 s since the delay is not longer than the 60 s rate window: use interval"),
-        pytest.param(121, "1m1s", id="one second longer"),
-        pytest.param(30, None, id="still inside the delay"),
+        pytest.param(330.4, "5m30s", id="5m30.4s after start: whole seconds since the start"),
+        pytest.param(60, None, id="60 s is not longer than the 60 s rate window: use interval"),
+        pytest.param(61, "1m1s", id="one second longer"),
+        pytest.param(30, None, id="shorter than the rate window"),
     ],
 )
 def test_step_range(since_start_s: float, want: str | None) -> None:
-    got = step_range(
-        now=START + timedelta(seconds=since_start_s), step_started_at=START, initial_delay_s=60, rate_window_s=60
-    )
+    got = step_range(now=START + timedelta(seconds=since_start_s), step_started_at=START, rate_window_s=60)
     assert got == want
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.api.labels import ANNOTATION_ABORT
+from tandem.api.labels import ANNOTATION_ABORT, LABEL_PAIR
 from tandem.core import conditions as c
 from tandem.core.plan import canary_share
 from tandem.core.rollout import surge_room
@@ -109,3 +109,55 @@ def test_no_free_gpus_runs_capacity_first_and_says_so() -> None:
 def test_canary_share(weight: int | None, ready_canary: int, serving: int, want: int) -> None:
     """The one share the operator's table and the simulator publish (``core.plan.canary_share``)."""
     assert canary_share(weight, ready_canary, serving) == want
+
+
+def _two_pair_step(nodes: int, max_unavailable: int) -> tuple[World, str]:
+    """4 stable v1 pairs, then v2 with [setWeight 50 (2 canary pairs), pause]; the second canary pair to be
+    created never becomes Ready. Returns the world one pass after the first canary pair is Ready."""
+    builder = make_pool().pairs(4).rollout(maxSurge=2, maxUnavailable=max_unavailable)
+    builder = builder.steps({"setWeight": 50}, {"pause": {}})
+    world = World(builder.obj(), make_nodes(nodes))
+    world.run_until(lambda w: w.ready_pairs() == 4)
+    world.set_spec(builder.version("v2"))
+    assert world.pool.status is not None and world.pool.status.revisions.stable is not None
+    stable = world.pool.status.revisions.stable.name
+    world.run_until(lambda w: len({p.labels[LABEL_PAIR] for p in w.pods.values() if p.revision != stable}) == 2)
+    late = max(p.labels[LABEL_PAIR] for p in world.pods.values() if p.revision != stable)
+    world.never_ready_pairs.add(late)
+    world.run_until(
+        lambda w: (
+            w.routing is not None
+            and any(p.revision != stable and p.state is PairState.SERVING for p in w.routing.pairs)
+        )
+    )
+    world.tick()
+    return world, late
+
+
+def test_surge_step_publishes_its_weight_only_when_all_its_pairs_are_ready() -> None:
+    """A surge set step keeps the previous weight (0 before the first step) while some of its pairs load:
+    analysis starts only when the step completes, so earlier traffic would go unwatched (W5 seeds 2 and 6
+    served a bad canary 664 s before its first evaluation)."""
+    world, late = _two_pair_step(nodes=8, max_unavailable=0)
+    assert world.pool.status is not None and world.pool.status.rollout.step_index == 0
+    assert world.routing.revisions.canary is not None  # one canary pair serves in the table...
+    assert world.routing.revisions.canary_weight_percent == 0  # ...with no share of keys yet
+    canary = world.routing.revisions.canary
+    serving = [p for p in world.routing.pairs if p.revision == canary and p.state is PairState.SERVING]
+    assert len(serving) == 1 and serving[0].weight == 0
+
+    world.never_ready_pairs.discard(late)
+    world.run_until(lambda w: w.pool.status is not None and w.pool.status.rollout.step_index == 1)
+    # The pass that completes the step starts the next one and publishes the step's weight (capped by the
+    # Ready share: 2 canary pairs of 6 serving).
+    assert world.routing.revisions.canary_weight_percent == canary_share(50, 2, 6)
+
+
+def test_capacity_first_step_serves_its_ready_pairs_at_once() -> None:
+    """Without surge room the Ready canary pair replaced a stable one and must carry traffic."""
+    world, _ = _two_pair_step(nodes=4, max_unavailable=2)
+    assert world.pool.status is not None and world.pool.status.rollout.step_index == 0
+    serving = [p for p in world.routing.pairs if p.state is PairState.SERVING]
+    ready_canary = sum(1 for p in serving if p.revision == world.routing.revisions.canary)
+    assert ready_canary == 1
+    assert world.routing.revisions.canary_weight_percent == canary_share(50, 1, len(serving)) > 0
