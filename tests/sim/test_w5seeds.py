@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+
 import pytest
 
-from tandem_lab.sim import w5seeds
+from tandem_lab.sim import bench, w5seeds
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.scenarios import ScenarioConfig
 
@@ -67,3 +71,38 @@ def test_two_seeds_run_the_tandem_arm_and_keep_only_metrics() -> None:
         (2, "tandem", "errors", "regression"),
     ]
     assert all(r["rolled_back"] and r["act_s"] == 0.0 for r in rows)
+
+
+def _fleet_doc(rows: list[dict[str, object]], code: str = "abc") -> dict[str, object]:
+    seeds = sorted({int(str(r["seed"])) for r in rows})
+    return {
+        "version": 1,
+        "code_revision": code,
+        "profile": "canary",
+        "params_hash": "p1",
+        "w5_seeds": w5seeds.document(rows, seeds),
+        "timing": {"W5_seeds_s": 10.0},
+    }
+
+
+def test_runs_over_disjoint_seeds_merge_into_one_must_show(tmp_path: Path) -> None:
+    """``tandem bench fleet-merge``: two runs' seeds judged together (a seed that fails in one run fails the
+    merged check); the same seed twice, or runs of different code, are refused with a message."""
+    a = _fleet_doc([_row(1, "errors", True, 0.0, 0.0004), _row(2, "errors", True, 0.0, 0.0006)])
+    b = _fleet_doc([_row(3, "errors", True, 0.0, 0.0012)])
+    doc = bench.merge_documents([b, a])
+    assert doc["w5_seeds"]["seeds"] == [1, 2, 3] and [r["seed"] for r in doc["w5_seeds"]["runs"]] == [1, 2, 3]
+    got = {g["gate"].split(": ", 1)[1]: g["pass"] for g in doc["gates"]}
+    assert got == {"rolled back in every seed": True, "act ≤ 30 s": True, "exposure < 0.1 % of all requests": False}
+    assert "W5 over 3 seeds (seeds 1–3)" in bench.markdown(doc)
+    with pytest.raises(ValueError, match="seed 1 errors/example tandem is in more than one run"):
+        bench.merge_documents([a, a])
+    with pytest.raises(ValueError, match="the runs differ in code_revision"):
+        bench.merge_documents([a, _fleet_doc([_row(3, "errors", True, 0.0, 0.0004)], code="def")])
+    for i, d in enumerate((a, b)):
+        (tmp_path / f"{i}.json").write_text(json.dumps(d), encoding="utf-8")
+    args = argparse.Namespace(out=tmp_path / "m", inputs=[tmp_path / "0.json", tmp_path / "1.json"], no_plots=True)
+    assert bench.cmd_fleet_merge(args) == 0
+    assert json.loads((tmp_path / "m" / "fleet.json").read_text(encoding="utf-8"))["w5_seeds"]["seeds"] == [1, 2, 3]
+    args.inputs = [tmp_path / "0.json", tmp_path / "0.json"]
+    assert bench.cmd_fleet_merge(args) == 2

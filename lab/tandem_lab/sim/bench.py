@@ -84,6 +84,15 @@ PROFILES: dict[str, dict[str, dict[str, float]]] = {
         "W3": {"scale": 0.004, "compress": 48.0, "days": 2.0},
         "W5": {"scale": 0.01, "compress": 5.0},
     },
+    # canary: the CI profile, but W5 at the full request rate (compressed 5 ×: the same 72 simulated minutes,
+    # 0.83–0.92 M speed-pool requests): the rate at which issue 17's exposure limit (0.1 % of all requests)
+    # leaves a 2 % canary the ≈ 830 requests its tests need; at the CI profile's 10 % rate no test can.
+    "canary": {
+        "W1": {"scale": 0.05},
+        "W2": {"scale": 0.05, "compress": 5.0},
+        "W3": {"scale": 0.05, "compress": 5.0},
+        "W5": {"scale": 1.0, "compress": 5.0},
+    },
     "full": {
         "W1": {"scale": 1.0},
         "W2": {"scale": 1.0, "compress": 1.0},
@@ -142,6 +151,19 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--no-plots", action="store_true")
     fleet.add_argument("--quiet", action="store_true")
     fleet.set_defaults(func=cmd_fleet)
+    merge = bench_sub.add_parser(
+        "fleet-merge",
+        help="merge the W5 --seeds results of several fleet runs into one fleet.json, fleet.md and plot",
+        description=(
+            "Reads fleet.json files written by `tandem bench fleet --seeds N` over disjoint seeds (in parallel, or "
+            "in later sessions) on the same code, profile and parameters, and writes their rows together with the "
+            "issue 17 summary and gates recomputed over every seed."
+        ),
+    )
+    merge.add_argument("--out", type=Path, required=True, help="output directory")
+    merge.add_argument("inputs", type=Path, nargs="+", help="fleet.json files")
+    merge.add_argument("--no-plots", action="store_true")
+    merge.set_defaults(func=cmd_fleet_merge)
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -225,6 +247,60 @@ def run_fleet(
         fleet.timing["W5_s"] = time.perf_counter() - t
     fleet.timing["total_s"] = time.perf_counter() - t0
     return fleet
+
+
+MERGE_SAME: tuple[str, ...] = ("version", "code_revision", "profile", "params_hash")
+"""What every merged run must share: seeds of different code or parameters are not samples of one thing."""
+
+
+def merge_documents(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One ``fleet.json`` document from the W5 ``--seeds`` parts of ``docs`` (``tandem bench fleet-merge``)."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    for key in MERGE_SAME:
+        values = sorted({str(d.get(key)) for d in docs})
+        if len(values) > 1:
+            raise ValueError(f"the runs differ in {key}: {', '.join(values)}")
+    if any(not d.get("w5_seeds") for d in docs):
+        raise ValueError("every input must hold W5 --seeds results (w5_seeds)")
+    merged = w5seeds.merge([d["w5_seeds"] for d in docs])
+    first = docs[0]
+    return {
+        **{k: first[k] for k in MERGE_SAME},
+        "seed": min(merged["seeds"]),
+        "scenarios": {},
+        "w5": None,
+        "w5_seeds": merged,
+        "gates": w5seeds.gates(merged),
+        "timing": {
+            "W5_seeds_s": round(sum(float(d.get("timing", {}).get("W5_seeds_s", 0.0)) for d in docs), 3),
+            "runs merged": len(docs),
+            "machine": first.get("timing", {}).get("machine", {}),
+        },
+    }
+
+
+def cmd_fleet_merge(args: argparse.Namespace) -> int:
+    try:
+        docs = [json.loads(p.read_text(encoding="utf-8")) for p in args.inputs]
+        doc = merge_documents(docs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"tandem bench fleet-merge: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fleet.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (args.out / "fleet.md").write_text(markdown(doc), encoding="utf-8")
+    if not args.no_plots:
+        import matplotlib  # noqa: PLC0415 - optional dependency, imported only when plotting
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+
+        w5seeds.plot(doc["w5_seeds"], args.out, plt)
+    passed = sum(1 for g in doc["gates"] if g["pass"])
+    seeds = len(doc["w5_seeds"]["seeds"])
+    print(f"wrote {args.out}/fleet.json, fleet.md: {seeds} seeds, {passed}/{len(doc['gates'])} gates pass")
+    return 0
 
 
 def _describe(sc: str) -> str:

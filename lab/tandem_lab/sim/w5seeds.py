@@ -124,6 +124,27 @@ def document(rows: Sequence[dict[str, Any]], seeds: Sequence[int]) -> dict[str, 
     }
 
 
+def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One ``w5_seeds`` document from several runs' (``tandem bench fleet-merge``): their rows together and the
+    summary recomputed over all of them.
+
+    Why: 20 full-rate seeds take longer than a session on this machine, and one process uses one core; runs
+    over disjoint seeds (in parallel, or in later sessions on the same code) add up to the Must show's count.
+    A (seed, canary, gate set, arm) present twice is refused: the same seed run twice is not two samples.
+    """
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for part in parts:
+        for row in part["runs"]:
+            key = (row["seed"], row["canary"], row["gates"], row["arm"])
+            if key in seen:
+                raise ValueError(f"seed {key[0]} {key[1]}/{key[2]} {key[3]} is in more than one run")
+            seen.add(key)
+            rows.append(row)
+    rows.sort(key=lambda r: r["seed"])
+    return document(rows, sorted({s for part in parts for s in part["seeds"]}))
+
+
 def gates(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The Must-show checks as ``fleet.json`` gates (one per check and (variant, arm))."""
     out: list[dict[str, Any]] = []
