@@ -308,7 +308,7 @@ def _describe(sc: str) -> str:
         "W1": "Mooncake conversation trace x k, prefix-root multiplication",
         "W2": "agentic week from the generator, speed pool",
         "W3": "W2 Monday-Tuesday with Gamma arrivals (CV 2) and a 2x step at Tuesday's peak",
-        "W5": "bad canary at 5 % of traffic, Tuesday peak window",
+        "W5": "bad canary on a 2 % first step, Tuesday peak window",
     }[sc]
 
 

@@ -169,7 +169,7 @@ def _step_window_failures(verdicts: Sequence[GateVerdict], spec: AnalysisSpec) -
     ``failureLimit`` at once. ``failureLimit`` absorbs a noisy window, but a Step gate has no separate windows:
     its test already holds its confidence over every look of the step (Wald's ratio for errors, α spent over
     the looks otherwise), and the next look re-reads the same requests plus an interval's more. Waiting for it
-    cost W5's errors canary one more interval on its 2 % step — about 117 requests of a 834-request budget."""
+    cost W5's errors canary one more interval on its 2 % step — about 55 requests of a 834-request budget."""
     stepped = {g.name for g in spec.metrics if g.compare is not None and g.compare.window == "Step"}
     return any(v.verdict == VERDICT_FAILURE and v.name in stepped for v in verdicts)
 

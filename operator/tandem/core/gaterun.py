@@ -91,8 +91,9 @@ def step_range(*, now: datetime, step_started_at: datetime, rate_window_s: float
     Example: step started 12:00:00, now 12:05:30.4, rate window 60 s → ``5m30s``.
 
     From the start, not from the end of ``initialDelay``: the delay says when to look first, and a cumulative
-    window that dropped it would drop requests the canary served to users — at W5's first step about a
-    quarter of the 0.1 % exposure budget, spent before the errors test saw a request. (An analysis step
+    window that dropped it would drop requests the canary served to users — at W5's first step about 110
+    requests (1.85 canary requests/s for 60 s) of the 834 that are 0.1 % of its window, spent before the
+    errors test saw one. (An analysis step
     starts in the pass that publishes its weight, ``core.rollout.published_weight``, so the step's requests
     are the canary's requests at that weight.)
     """

@@ -156,7 +156,7 @@ def _with_gates(spec: AnalysisSpec, step_window: str) -> AnalysisSpec:
 
 def test_a_step_window_failure_fails_the_step_without_waiting_out_failure_limit() -> None:
     """A Step gate's test holds its α over every look: its first Failure fails the step (the errors canary's
-    confirming look cost W5 about 117 requests); an Interval gate's Failure still counts one of failureLimit."""
+    confirming look cost W5 about 55 requests); an Interval gate's Failure still counts one of failureLimit."""
     step = _with_gates(SPEC, "Step")
     first = run([(60, [S, S]), (90, [F, S])], step)[-1]
     assert first.outcome is a.Outcome.FAILED and first.reason == "FailureLimitExceeded"
