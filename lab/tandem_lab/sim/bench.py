@@ -291,12 +291,7 @@ def cmd_fleet_merge(args: argparse.Namespace) -> int:
     (args.out / "fleet.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (args.out / "fleet.md").write_text(markdown(doc), encoding="utf-8")
     if not args.no_plots:
-        import matplotlib  # noqa: PLC0415 - optional dependency, imported only when plotting
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-
-        w5seeds.plot(doc["w5_seeds"], args.out, plt)
+        w5seeds.plot(doc["w5_seeds"], args.out, _pyplot())
     passed = sum(1 for g in doc["gates"] if g["pass"])
     seeds = len(doc["w5_seeds"]["seeds"])
     print(f"wrote {args.out}/fleet.json, fleet.md: {seeds} seeds, {passed}/{len(doc['gates'])} gates pass")
@@ -846,12 +841,18 @@ def _w5_errors_line(ta: dict[str, Any], fa: dict[str, Any]) -> str:
 # --- plots ----------------------------------------------------------------------------------------------
 
 
-def write_plots(fleet: FleetRun, doc: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib  # noqa: PLC0415 - optional dependency, imported only when plotting
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend: an optional dependency, imported only when plotting."""
+    import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    return plt
+
+
+def write_plots(fleet: FleetRun, doc: dict[str, Any], out: Path) -> list[Path]:
+    plt = _pyplot()
     paths: list[Path] = []
     scen = doc["scenarios"]
     if scen:

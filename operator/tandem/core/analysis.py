@@ -78,6 +78,7 @@ from tandem.core.gates import (
     VERDICT_NO_DATA,
     VERDICT_SUCCESS,
     explain_verdict,
+    step_window,
 )
 from tandem.core.promql import HIT_RATIO_TEMPLATE
 
@@ -170,7 +171,7 @@ def _step_window_failures(verdicts: Sequence[GateVerdict], spec: AnalysisSpec) -
     its test already holds its confidence over every look of the step (Wald's ratio for errors, α spent over
     the looks otherwise), and the next look re-reads the same requests plus an interval's more. Waiting for it
     cost W5's errors canary one more interval on its 2 % step — about 55 requests of a 834-request budget."""
-    stepped = {g.name for g in spec.metrics if g.compare is not None and g.compare.window == "Step"}
+    stepped = {g.name for g in spec.metrics if step_window(g)}
     return any(v.verdict == VERDICT_FAILURE and v.name in stepped for v in verdicts)
 
 

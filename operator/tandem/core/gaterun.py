@@ -37,6 +37,7 @@ from tandem.core.gates import (
     gate_samples,
     invalid_query_verdict,
     resolve_gate_queries,
+    step_window,
 )
 from tandem.core.promql import (
     QueryRenderError,
@@ -120,9 +121,7 @@ def gate_queries(
     (``InferencePoolSpec.longest_prompt``) goes with the plan to :func:`judge`."""
     planned: list[PlannedGate] = []
     for gate in gates:
-        own = (
-            step_interval if step_interval and gate.compare is not None and gate.compare.window == "Step" else interval
-        )
+        own = step_interval if step_interval and step_window(gate) else interval
         try:
             q = resolve_gate_queries(
                 gate,

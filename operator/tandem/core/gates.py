@@ -321,6 +321,12 @@ def uses_baseline(gate: MetricGate) -> bool:
     return references_baseline(gate) or gate.compare is not None
 
 
+def step_window(gate: MetricGate) -> bool:
+    """True for a ``compare.window: Step`` gate: it queries the whole step (``core.gaterun.step_range``), its test
+    holds its α over every look, and one Failure of it fails the step (``core.analysis``, rule 4)."""
+    return gate.compare is not None and gate.compare.window == "Step"
+
+
 def counts_samples(gate: MetricGate) -> bool:
     """True when the gate queries request counts: a template gate with ``minSamples > 0`` or ``compare``."""
     return gate.template is not None and (gate.min_samples > 0 or gate.compare is not None)
@@ -683,7 +689,7 @@ def _comparison(
         if checked.verdict is not None:
             return None, checked, is_stable
     n_canary, n_stable = counts
-    stepped = gate.compare.window == "Step"
+    stepped = step_window(gate)
     # A step's errors run Wald's test, valid at every look; the other step tests spend α over the looks.
     spends_alpha = stepped and canary.errors is None
     confidence = look_confidence(gate.compare.confidence_percent, window.look if spends_alpha else 0)
@@ -847,7 +853,7 @@ def evaluate_gate(
             condition = _clip(f"{condition}; {who} {stopped.shown}".lstrip("; "), _CONDITION_CHARS)
         assert stopped.verdict is not None
         return verdict(stopped.verdict, reason, c, b)
-    summary = comparison.summary + (f", step look {window.look}" if gate.compare.window == "Step" else "")
+    summary = comparison.summary + (f", step look {window.look}" if step_window(gate) else "")
     condition = _clip(f"{condition}; {summary}".lstrip("; "), _CONDITION_CHARS)
     if not comparison.worse:
         floor = gate.compare.min_power_percent / 100.0
@@ -986,5 +992,6 @@ __all__ = [
     "parse_eval_score",
     "references_baseline",
     "resolve_gate_queries",
+    "step_window",
     "uses_baseline",
 ]
