@@ -621,8 +621,11 @@ class GateComparison(ApiModel):
     (percent) of flagging a canary worse by the effect size — stable's error rate + `errorIncreasePermille`, or a
     mean `maxMeanRatioPercent` of stable's; below it the verdict is NoData (Underpowered), so a step cannot pass on
     windows too small to see a bad version; a step whose traffic never gets there holds until `noDataDeadline` and
-    then applies `onNoData`. With `window: Step` the power grows with the step. 80 is the usual choice; 0 turns the
-    floor off. Latency power is a lower bound (it counts only the mean test, with a bucket-based variance bound)."""
+    then applies `onNoData`. With `window: Step` the power grows with the step. 0 turns the floor off. An ErrorRate
+    Step gate's power is Wald's acceptance bound, so the floor is the most a canary worse by the effect size may pass
+    a step with: 80 lets one in five through, 99 one in a hundred, and a good canary then needs about ln(100)/KL
+    requests (≈ 1,000 on stable's 0.5 % at +1 point): size `noDataDeadline` to that at the step's traffic. Latency
+    power is a lower bound (it counts only the mean test, with a bucket-based variance bound)."""
     error_increase_permille: Annotated[int, Field(ge=1, le=1000)] = 10
     """ErrorRate only: the rise in error rate the power is computed for, in per mille of requests (10 = +1
     percentage point over stable's rate)."""
@@ -910,7 +913,8 @@ class AnalysisSpec(ApiModel):
     """Failed evaluations tolerated in a step; one more triggers the failure action. A Failure of a
     `compare.window: Step` gate triggers it at once (its test is valid at every look). -1 disables."""
     no_data_deadline: Duration = "10m"
-    """How long NoData or Error may last before `onNoData` is applied."""
+    """How long NoData or Error may last before `onNoData` is applied. A gate below its `minPowerPercent` is NoData
+    until its step has had enough traffic: size this to the time a small first step takes to gather it."""
     on_no_data: Literal["Pause", "Rollback"] = "Pause"
     """What to do at the NoData deadline: Pause (hold, Warning Event) or Rollback."""
     metrics: Annotated[
