@@ -858,6 +858,9 @@ def evaluate_gate(
     if not comparison.worse:
         floor = gate.compare.min_power_percent / 100.0
         if floor > 0 and (comparison.power is None or comparison.power < floor):
+            # Say what the step waits for: a held canary's status should read how far its evidence has to go.
+            needs = f"power below minPowerPercent {gate.compare.min_power_percent}"
+            condition = _clip(f"{condition}; {needs}", _CONDITION_CHARS)
             return verdict(VERDICT_NO_DATA, REASON_UNDERPOWERED, c, b)
         return verdict(VERDICT_SUCCESS, REASON_NOT_SIGNIFICANTLY_WORSE, c, b)
     if by_condition[0] == VERDICT_FAILURE:

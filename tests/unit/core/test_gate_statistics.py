@@ -450,6 +450,8 @@ def test_power_floor_turns_an_uninformative_pass_into_no_data(
     v = g.evaluate_gate(gate, value, res(fp.value(0.005)), WINDOW, g.GateSamples(canary, arm(6000, errors=30)))
     assert (v.verdict, v.reason) == want, v.condition
     assert "power" in v.condition
+    # An Underpowered verdict names the floor it waits for, and only that verdict does.
+    assert ("below minPowerPercent 80" in v.condition) == (want[1] == "Underpowered"), v.condition
 
 
 def test_power_floor_on_latency_uses_the_allowed_ratio() -> None:
