@@ -73,6 +73,28 @@ def test_two_seeds_run_the_tandem_arm_and_keep_only_metrics() -> None:
     assert all(r["rolled_back"] and r["act_s"] == 0.0 for r in rows)
 
 
+@pytest.mark.parametrize(("seeds", "want_seeds"), [(None, None), (1, [5]), (2, [5, 6])])
+def test_any_explicit_seed_count_writes_mergeable_rows(
+    monkeypatch: pytest.MonkeyPatch, seeds: int | None, want_seeds: list[int] | None
+) -> None:
+    """``--seeds 1`` is a run over one seed like any other (its rows merge with ``fleet-merge``); only without
+    ``--seeds`` does W5 run once in the single-run form."""
+    chosen: list[list[int]] = []
+
+    def fake_seeds(_cfg: object, seeds: list[int], *_args: object) -> list[dict[str, object]]:
+        chosen.append(list(seeds))
+        return [_row(s, "errors", True, 0.0, 0.0004) for s in seeds]
+
+    monkeypatch.setattr(w5seeds, "run_w5_seeds", fake_seeds)
+    monkeypatch.setattr(bench, "run_w5", lambda *_args: "single")
+    fleet = bench.run_fleet(load_params(), "smoke", 5, ["W5"], seeds=seeds, arms=["tandem"])
+    if want_seeds is None:
+        assert fleet.w5 == "single" and fleet.w5_seeds is None and not chosen
+    else:
+        assert fleet.w5 is None and chosen == [want_seeds] and fleet.w5_seeds is not None
+        assert fleet.w5_seeds["seeds"] == want_seeds
+
+
 def _fleet_doc(rows: list[dict[str, object]], code: str = "abc") -> dict[str, object]:
     seeds = sorted({int(str(r["seed"])) for r in rows})
     return {

@@ -113,7 +113,8 @@ class FleetRun:
     w5: W5Run | None = None
     timing: dict[str, float] = field(default_factory=dict)
     w5_seeds: dict[str, Any] | None = None
-    """``--seeds N`` > 1: :func:`tandem_lab.sim.w5seeds.document` (per-seed rows and the Must-show summary)."""
+    """``--seeds N`` (any N, 1 too): :func:`tandem_lab.sim.w5seeds.document` (per-seed rows and the Must-show
+    summary), which ``tandem bench fleet-merge`` adds up across runs."""
 
 
 def register(subparsers: Any) -> None:
@@ -134,8 +135,11 @@ def register(subparsers: Any) -> None:
     fleet.add_argument(
         "--seeds",
         type=int,
-        default=1,
-        help="W5 only: run seeds --seed .. --seed+N-1 with every canary under each gate set (issue 17)",
+        default=None,
+        help=(
+            "W5 only: run seeds --seed .. --seed+N-1 with every canary under each gate set (issue 17); any N, 1 "
+            "too, writes mergeable per-seed rows (without it W5 runs once, each arm's canaries as in fleet.md)"
+        ),
     )
     fleet.add_argument(
         "--gate-sets",
@@ -189,7 +193,12 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     gate_sets = [g.strip() for g in args.gate_sets.split(",") if g.strip()]
-    if args.seeds < 1 or [a for a in arms if a not in ARMS] or not gate_sets or set(gate_sets) - set(GATE_SETS):
+    if (
+        (args.seeds is not None and args.seeds < 1)
+        or [a for a in arms if a not in ARMS]
+        or not gate_sets
+        or set(gate_sets) - set(GATE_SETS)
+    ):
         print(
             f"tandem bench fleet: --seeds must be ≥ 1, --arms a subset of {','.join(ARMS)} and --gate-sets of "
             f"{','.join(GATE_SETS)}",
@@ -216,7 +225,7 @@ def run_fleet(
     policies: Sequence[str] = SCALING,
     progress: Callable[[str], None] | None = None,
     w5_variants: Sequence[tuple[str, str]] = W5_VARIANTS,
-    seeds: int = 1,
+    seeds: int | None = None,
     arms: Sequence[str] = ARMS,
     gate_sets: Sequence[str] = W5_SEED_GATE_SETS,
 ) -> FleetRun:
@@ -232,7 +241,7 @@ def run_fleet(
         say(f"== {sc} ({_describe(sc)}), policies {', '.join(policies)}")
         fleet.scenarios[sc] = run(ScenarioConfig(sc, **knobs[sc]), list(policies), seed, params, progress=say)  # type: ignore[arg-type]
         fleet.timing[f"{sc}_s"] = time.perf_counter() - t
-    if "W5" in scenarios and seeds > 1:
+    if "W5" in scenarios and seeds is not None:
         t = time.perf_counter()
         chosen = list(range(seed, seed + seeds))
         say(f"== W5 ({_describe('W5')}) over seeds {chosen[0]}..{chosen[-1]}, arms {', '.join(arms)}")
