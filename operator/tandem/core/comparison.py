@@ -276,6 +276,25 @@ class UncachedWork:
             return self.canary, None
         return max(0.0, self.canary - self.canary_fetched), self.canary_fetched
 
+    def ratios(self, fit: WorkFit) -> tuple[float, ...]:
+        """The canary's work over stable's, per kind of work the line prices apart, from the revisions' own counters:
+        the bounds the line's prediction is held between (:func:`compare_latency`). With TTFT = a + b·P + c·F and
+        a, b, c ≥ 0 (:mod:`tandem.core.pairfit` keeps them so), the canary's TTFT over stable's lies between the
+        smallest and the largest of 1, P_c/P_s and F_c/F_s (the mediant inequality), whatever per-pair answers
+        drew the line. Local misses alone (``merged`` fit, or fetched tokens not known) give one ratio, misses
+        over misses. Example (W5 at the full rate, seed 18, good canary): 9,285 prefilled + 8,309 fetched tokens
+        per request against stable's 5,737 + 10,660 → misses ×1.07, prefilled ×1.62: a line at 1,281 ms over
+        stable's 918 ms (×1.40) is within the bounds; misses alone held it to 985 ms and read the identical
+        canary ×1.43 slower, which failed it."""
+        misses = self.canary / self.stable if self.stable > 0 else 1.0
+        if fit.merged or self.canary_fetched is None or self.stable_fetched is None:
+            return (misses,)
+        parts = (
+            (self.canary - self.canary_fetched, self.stable - self.stable_fetched),
+            (self.canary_fetched, self.stable_fetched),
+        )
+        return (misses, *(c / s for c, s in parts if s > 0))
+
     @property
     def factor(self) -> float:
         """How many times stable's prefill work per request the canary did, never below 1: a canary with *more*
@@ -448,8 +467,8 @@ def compare_latency(
     the full rate, seed 1, TTFT × 1.5 canary, warm): 93 requests at 36.4 k tokens/request, mean 2.70 s; stable's
     70 pairs at 17.0 k, mean 0.98 s, slope 36 µs/token → line 1.68 s, ratio 1.61, where the proportional scaling
     (× 36.4/17.0 = 2.14 → 2.10 s) read × 1.29. With the shared tier's counters the line prices the canary's fetched
-    tokens apart from its prefilled ones (:func:`work_fit`, :mod:`tandem.core.pairfit`); the clamp still reads the
-    revisions' local misses.
+    tokens apart from its prefilled ones (:func:`work_fit`, :mod:`tandem.core.pairfit`), and the bounds are the
+    revisions' own ratios of prefilled and of fetched tokens (:meth:`UncachedWork.ratios`).
 
     ``pairs``: each arm's mean-test variance is the larger of the per-request bound and the variance between its
     pairs (``design effect`` ``d`` = between / (bound / n), at least 1), so a window where one busy pair's queue
@@ -468,10 +487,10 @@ def compare_latency(
     if fit is not None and work is not None and math.isfinite(stable_mean):
         # Never above the proportional scaling (a forged per-pair answer cannot excuse more than the revisions'
         # own counters do), never below its mirror (the line cannot claim TTFT has no fixed part).
-        ratio_work = work.canary / work.stable if work.stable > 0 else 1.0
+        ratios = work.ratios(fit)
         at = work.point(fit)
         line = fit.predict(*at)
-        low, high = stable_mean * min(1.0, ratio_work), stable_mean * max(1.0, ratio_work)
+        low, high = stable_mean * min(1.0, *ratios), stable_mean * max(1.0, *ratios)
         m2 = min(max(line, low), high)
         if m2 != line:
             bound = "the proportional scaling" if m2 == high else "its mirror"

@@ -336,6 +336,41 @@ def test_a_cold_canary_is_held_to_the_work_it_did() -> None:
     assert sum(x.worse for x in blind) <= 4, sorted(x.ratio for x in blind)
 
 
+def test_the_line_is_bounded_by_each_kind_of_work_not_by_the_misses_alone() -> None:
+    """A canary that prefills more than stable's average and fetches less (W5, seed 18: 9.3 k + 8.3 k against
+    5.7 k + 10.7 k) has about stable's local misses, but ×1.6 its prefill work. Bounded by the misses ratio, the
+    line's prediction (stable's mean × ~1.2 here) was cut to stable's mean and an identical canary read ×1.2
+    slower (15 of these 40 windows failed; W5 seed 18 rolled a good canary back on it). Between the revisions'
+    own prefilled and fetched ratios the line stands, the identical canary reads about ×1, and a slower prefill
+    (× 1.5) still fails."""
+    rng = random.Random(33)
+    at = (13_000.0, 5_000.0)  # stable's pairs: 3–15 k prefilled, 5–20 k fetched
+    good = [_judge_fetching(rng, at, 1.0) for _ in range(40)]
+    bad = [_judge_fetching(rng, at, 1.5) for _ in range(40)]
+    assert sum(x.worse for x in good) <= 1, [x.summary for x in good if x.worse]
+    assert 0.9 < sorted(x.ratio for x in good)[20] < 1.1, sorted(x.ratio for x in good)
+    assert not any("held to" in x.summary for x in good), next(x.summary for x in good if "held to" in x.summary)
+    assert sum(x.worse for x in bad) >= 30, sorted(x.ratio for x in bad)
+
+
+@pytest.mark.parametrize(
+    ("work", "want"),
+    [
+        pytest.param(UncachedWork(17_600, 16_400, 8_300, 10_700), (17.6 / 16.4, 9.3 / 5.7, 8.3 / 10.7), id="both"),
+        pytest.param(UncachedWork(17_600, 16_400), (17.6 / 16.4,), id="fetched not known: misses"),
+        pytest.param(UncachedWork(17_600, 16_400, 8_300, 0), (17.6 / 16.4, 9.3 / 16.4), id="stable fetched none"),
+    ],
+)
+def test_the_bounds_are_the_revisions_own_work_ratios(work: UncachedWork, want: tuple[float, ...]) -> None:
+    rng = random.Random(31)
+    _, sp, su, sf = _fetching_fleet(rng, _stable_fetching(rng), 100)
+    fit = fit_pair_work(sp, su, sf)
+    assert fit is not None and not fit.merged
+    assert work.ratios(fit) == pytest.approx(want)
+    merged = fit_pair_work(sp, su)
+    assert merged is not None and work.ratios(merged) == pytest.approx((17.6 / 16.4,))
+
+
 def _work(canary_fetched: fp.Reply | None, stable_fetched: fp.Reply | None) -> UncachedWork | None:
     def side(uncached: float, fetched: fp.Reply | None) -> g.SampleResults:
         return g.SampleResults(
