@@ -854,13 +854,15 @@ def evaluate_gate(
         assert stopped.verdict is not None
         return verdict(stopped.verdict, reason, c, b)
     summary = comparison.summary + (f", step look {window.look}" if step_window(gate) else "")
-    condition = _clip(f"{condition}; {summary}".lstrip("; "), _CONDITION_CHARS)
+    full = f"{condition}; {summary}".lstrip("; ")
+    condition = _clip(full, _CONDITION_CHARS)
     if not comparison.worse:
         floor = gate.compare.min_power_percent / 100.0
         if floor > 0 and (comparison.power is None or comparison.power < floor):
-            # Say what the step waits for: a held canary's status should read how far its evidence has to go.
-            needs = f"power below minPowerPercent {gate.compare.min_power_percent}"
-            condition = _clip(f"{condition}; {needs}", _CONDITION_CHARS)
+            # Say what the step waits for: a held canary's status should read how far its evidence has to go. The
+            # summary is clipped to make room, so a long one cannot cut this off.
+            needs = f"; power below minPowerPercent {gate.compare.min_power_percent}"
+            condition = _clip(full, _CONDITION_CHARS - len(needs)) + needs
             return verdict(VERDICT_NO_DATA, REASON_UNDERPOWERED, c, b)
         return verdict(VERDICT_SUCCESS, REASON_NOT_SIGNIFICANTLY_WORSE, c, b)
     if by_condition[0] == VERDICT_FAILURE:

@@ -454,6 +454,17 @@ def test_power_floor_turns_an_uninformative_pass_into_no_data(
     assert ("below minPowerPercent 80" in v.condition) == (want[1] == "Underpowered"), v.condition
 
 
+def test_a_long_condition_keeps_the_floor_it_waits_for() -> None:
+    """The condition text is clipped at 1,024 characters; the summary gives way, not the Underpowered note."""
+    long = "result >" + " " * 1_100 + "0.01"  # the condition alone is longer than the limit
+    gate = powered_errors_gate().model_copy(update={"failure_condition": long})
+    v = g.evaluate_gate(
+        gate, res(fp.value(0.0)), res(fp.value(0.005)), WINDOW, g.GateSamples(arm(60, errors=1), arm(6000, errors=30))
+    )
+    assert (v.verdict, v.reason) == ("NoData", "Underpowered"), v.condition
+    assert len(v.condition) <= 1024 and v.condition.endswith("…; power below minPowerPercent 80"), v.condition[-80:]
+
+
 def test_power_floor_on_latency_uses_the_allowed_ratio() -> None:
     gate = MetricGate(name="tpot", template="TPOTP90", compare=GateComparison(min_power_percent=80))
     stable = arm(6000, buckets=STABLE_TPOT, total=6000 * 0.007)
