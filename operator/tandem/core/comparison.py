@@ -286,14 +286,19 @@ class UncachedWork:
         per request against stable's 5,737 + 10,660 → misses ×1.07, prefilled ×1.62: a line at 1,281 ms over
         stable's 918 ms (×1.40) is within the bounds; misses alone held it to 985 ms and read the identical
         canary ×1.43 slower, which failed it."""
+        return tuple(ratio for _, ratio in self.named_ratios(fit))
+
+    def named_ratios(self, fit: WorkFit) -> tuple[tuple[str, float], ...]:
+        """:meth:`ratios` with the kind of work each one counts (``local misses``, ``prefilled``, ``fetched``), so
+        a verdict whose line was held says which of the revisions' counters held it."""
         misses = self.canary / self.stable if self.stable > 0 else 1.0
         if fit.merged or self.canary_fetched is None or self.stable_fetched is None:
-            return (misses,)
+            return (("local misses", misses),)
         parts = (
-            (self.canary - self.canary_fetched, self.stable - self.stable_fetched),
-            (self.canary_fetched, self.stable_fetched),
+            ("prefilled", self.canary - self.canary_fetched, self.stable - self.stable_fetched),
+            ("fetched", self.canary_fetched, self.stable_fetched),
         )
-        return (misses, *(c / s for c, s in parts if s > 0))
+        return (("local misses", misses), *((name, c / s) for name, c, s in parts if s > 0))
 
     @property
     def factor(self) -> float:
@@ -485,15 +490,23 @@ def compare_latency(
     fit = work_fit(work, pairs)
     clamp = ""
     if fit is not None and work is not None and math.isfinite(stable_mean):
-        # Never above the proportional scaling (a forged per-pair answer cannot excuse more than the revisions'
-        # own counters do), never below its mirror (the line cannot claim TTFT has no fixed part).
-        ratios = work.ratios(fit)
+        # Between stable's mean × the smallest and × the largest of 1 and the revisions' own work ratios
+        # (UncachedWork.ratios): a forged per-pair answer cannot excuse more than those counters do, and the line
+        # cannot claim TTFT has no fixed part. The verdict names the bound that held it.
+        named = (("stable's mean", 1.0), *work.named_ratios(fit))
         at = work.point(fit)
         line = fit.predict(*at)
-        low, high = stable_mean * min(1.0, *ratios), stable_mean * max(1.0, *ratios)
+        lowest, highest = min(named, key=lambda r: r[1]), max(named, key=lambda r: r[1])
+        low, high = stable_mean * lowest[1], stable_mean * highest[1]
         m2 = min(max(line, low), high)
         if m2 != line:
-            bound = "the proportional scaling" if m2 == high else "its mirror"
+            name, ratio = highest if m2 == high else lowest
+            if name == "stable's mean":
+                bound = name
+            elif name == "local misses":
+                bound = f"the local misses' ratio x{ratio:.3g} (the proportional scaling)"
+            else:
+                bound = f"the {name} tokens' ratio x{ratio:.3g}"
             clamp = f"; the line said {1000 * line:.4g} ms, held to {bound}"
     power: float | None = None
     d1 = d2 = 1.0

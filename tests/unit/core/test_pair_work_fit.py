@@ -146,7 +146,7 @@ def test_a_forged_slope_cannot_excuse_more_than_the_revisions_counters() -> None
     tampered = compare_latency(c, s, pairs=PairLatencies(cp, sp, forged), **kwargs)  # type: ignore[arg-type]
     assert honest.worse and tampered.worse, (honest.summary, tampered.summary)
     assert tampered.ratio >= honest.ratio * (1 - 1e-9), (honest.summary, tampered.summary)
-    assert "held to the proportional scaling" in tampered.summary  # the verdict says the line was not used as is
+    assert "held to the local misses' ratio x" in tampered.summary  # the verdict says the line was not used as is
     assert "held to" not in _judge(random.Random(7), [22_000.0, 22_000.0], 1.0).summary
 
 
@@ -351,6 +351,31 @@ def test_the_line_is_bounded_by_each_kind_of_work_not_by_the_misses_alone() -> N
     assert 0.9 < sorted(x.ratio for x in good)[20] < 1.1, sorted(x.ratio for x in good)
     assert not any("held to" in x.summary for x in good), next(x.summary for x in good if "held to" in x.summary)
     assert sum(x.worse for x in bad) >= 30, sorted(x.ratio for x in bad)
+
+
+def test_a_held_line_names_the_counter_that_held_it() -> None:
+    """Forged per-pair answers (each stable pair's work ∝ its TTFT + 8 s, fetched tokens in the same share of it)
+    draw a line ten times too steep; the prediction is held to the largest of the revisions' own work ratios — here
+    the prefilled tokens' — and the verdict says which, so the reader knows what the canary was held to."""
+    rng = random.Random(40)
+    c, cp, cu, cf = _fetching_fleet(rng, [(14_000.0, 14_000.0)] * 2, 100)
+    s, sp, su, sf = _fetching_fleet(rng, _stable_fetching(rng), 100)
+    x_bar, y_bar = sum(su) / s.count, s.total / s.count
+    forged = tuple(n * x_bar * (t / n + 8.0) / (y_bar + 8.0) for n, t in sp)
+    forged_fetched = tuple(f * m_forged / m for f, m_forged, m in zip(sf, forged, su, strict=True))
+    work = UncachedWork(sum(cu) / c.count, x_bar, sum(cf) / c.count, sum(sf) / s.count)
+    named = dict(work.named_ratios(work_fit(work, PairLatencies(cp, sp, su, sf))))  # type: ignore[arg-type]
+    assert named["prefilled"] == max(named.values()) > 1.3, named
+    got = compare_latency(
+        c,
+        s,
+        confidence_percent=99.0,
+        max_mean_ratio_percent=110.0,
+        work=work,
+        pairs=PairLatencies(cp, sp, forged, forged_fetched),
+    )
+    assert f"held to the prefilled tokens' ratio x{named['prefilled']:.3g}" in got.summary, got.summary
+    assert got.ratio == pytest.approx(c.mean / (s.mean * named["prefilled"]))
 
 
 @pytest.mark.parametrize(
