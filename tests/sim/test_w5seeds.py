@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem_lab.sim import bench, w5seeds
+from tandem_lab.sim import bench, rollout, w5seeds
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.scenarios import ScenarioConfig
 
@@ -71,6 +71,38 @@ def test_two_seeds_run_the_tandem_arm_and_keep_only_metrics() -> None:
         (2, "tandem", "errors", "regression"),
     ]
     assert all(r["rolled_back"] and r["act_s"] == 0.0 for r in rows)
+    for r in rows:  # each gate's looks and Failures are recorded; the errors canary failed the errors gate
+        looks, failures = r["gate_looks"], r["gate_failures"]
+        assert isinstance(looks, dict) and isinstance(failures, dict) and set(failures) == set(looks)
+        assert all(0 <= failures[g] <= looks[g] for g in looks) and failures["errors"] >= 1, (looks, failures)
+
+
+def test_gate_counts_take_only_evaluations_with_a_verdict() -> None:
+    evaluations = [
+        {"gates": {"ttft": "Failure:1.4 vs 1.0 | Worse", "errors": "NoData:0.01 | Underpowered"}},
+        {"gates": {"ttft": "Success:1.0 vs 1.0", "errors": "Success:0.004 vs 0.005"}},
+        {"gates": {"ttft": "Error: | Timeout", "errors": "Failure:0.03 vs 0.005"}},
+    ]
+    assert rollout._gate_counts(evaluations) == {
+        "gate_looks": {"ttft": 2, "errors": 2},
+        "gate_failures": {"ttft": 1, "errors": 1},
+    }
+
+
+def test_good_canaries_false_alarms_are_summed_per_gate() -> None:
+    """Each Failure of a good canary is a false alarm: summed over seeds per gate, they are the per-look rate that
+    ``failureLimit`` must tolerate; a run without the counts (an older run's rows) is left out, not counted as 0."""
+    rows = [
+        {**_row(1, "good", False, None, 0.003), "gate_looks": {"ttft": 13, "errors": 20}, "gate_failures": {"ttft": 1}},
+        {**_row(2, "good", False, None, 0.003), "gate_looks": {"ttft": 12}, "gate_failures": {"ttft": 0}},
+        _row(3, "good", False, None, 0.003),
+        {**_row(1, "errors", True, 0.0, 0.0004), "gate_looks": {"ttft": 5}, "gate_failures": {"ttft": 5}},
+    ]
+    doc = w5seeds.document(rows, [1, 2, 3])
+    good = next(s for s in doc["summary"] if s["canary"] == "good")
+    assert good["false_alarms"] == {"ttft": [1, 25], "errors": [0, 20]}
+    assert "false_alarms" not in next(s for s in doc["summary"] if s["canary"] == "errors")
+    assert "- good/example tandem: errors 0/20 (0.000 %); ttft 1/25 (4.000 %)" in w5seeds.markdown(doc)
 
 
 @pytest.mark.parametrize(("seeds", "want_seeds"), [(None, None), (1, [5]), (2, [5, 6])])

@@ -358,6 +358,21 @@ def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
     }
 
 
+def _gate_counts(evaluations: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per gate, the evaluations that reached a verdict (``gate_looks``: Success or Failure) and its Failures
+    (``gate_failures``). On a good canary every Failure is a false alarm, so over many seeds these measure each
+    gate's false-alarm rate per look, which ``failureLimit`` must tolerate over a step's looks (docs/design/009)."""
+    looks: dict[str, int] = {}
+    failures: dict[str, int] = {}
+    for evaluation in evaluations:
+        for name, text in evaluation["gates"].items():
+            verdict = text.split(":", 1)[0]
+            if verdict in (VERDICT_SUCCESS, VERDICT_FAILURE):
+                looks[name] = looks.get(name, 0) + 1
+                failures[name] = failures.get(name, 0) + (verdict == VERDICT_FAILURE)
+    return {"gate_looks": looks, "gate_failures": failures}
+
+
 def _canary_percent(
     sim: Simulation, canary: str | None, weight: int | None, stable: str
 ) -> tuple[str | None, int | None]:
@@ -709,6 +724,7 @@ def w5_metrics(prep: Prepared, res: SimResult, tl: Timeline, cfg: ScenarioConfig
         "rolled_back": tl.decision_s is not None,
         "promoted": tl.promoted_s is not None,
         "evaluations": len(tl.evaluations),
+        **_gate_counts(tl.evaluations),
         "phases": tl.phases,
         "evaluation_log": tl.evaluations[:40],
     }

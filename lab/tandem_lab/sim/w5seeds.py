@@ -49,6 +49,8 @@ ROW_KEYS: Final = (
     "canary_share_of_all_requests",
     "statistical_floor_s",
     "evaluations",
+    "gate_looks",
+    "gate_failures",
     "ended_s",
 )
 
@@ -109,7 +111,25 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             summary["exposure_below_limit"] = bool(share) and max(share) < EXPOSURE_LIMIT
         else:
             summary["false_rollbacks"] = summary["rolled_back"]
+            summary["false_alarms"] = false_alarms(rs)
         out.append(summary)
+    return out
+
+
+def false_alarms(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per gate, ``[Failures, looks that reached a verdict]`` summed over good canaries' runs: each Failure is a
+    false alarm. ``failureLimit: 1`` rolls a good step back at its second failing evaluation, so with ~15 looks a
+    per-look rate of 1 % costs ~1 % of first steps and 2.5 % ~5 % (docs/design/009); this is the measured rate.
+    Rows from runs that did not record the counts are left out."""
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        looks, failures = r.get("gate_looks"), r.get("gate_failures")
+        if not isinstance(looks, dict) or not isinstance(failures, dict):
+            continue
+        for gate, n in looks.items():
+            acc = out.setdefault(gate, [0, 0])
+            acc[0] += int(failures.get(gate, 0))
+            acc[1] += int(n)
     return out
 
 
@@ -209,6 +229,19 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             f"{s['no_decision']} | {_fmt(s['detection_median_s'])} / {_fmt(s['detection_max_s'])} | "
             f"{_fmt(s['act_max_s'])} | {_pct(s['share_median'])} / {_pct(s['share_max'])} |"
         )
+    alarms = [s for s in doc["summary"] if s.get("false_alarms")]
+    if alarms:
+        lines += [
+            "",
+            "False alarms of the good canaries per gate (Failures / looks that reached a verdict, over every seed): "
+            "`failureLimit: 1` rolls a step back at its second failing look.",
+            "",
+        ]
+        for s in alarms:
+            parts = [
+                f"{gate} {f}/{n} ({_pct(f / n) if n else '–'})" for gate, (f, n) in sorted(s["false_alarms"].items())
+            ]
+            lines.append(f"- good/{s['gates']} {s['arm']}: " + "; ".join(parts))
     lines += ["", "Per seed (outcome, detection s, act s, share):", ""]
     by: dict[tuple[str, str, str], list[str]] = {}
     for r in doc["runs"]:
