@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tandem.api.pool_status import AnalysisProgress, GateVerdict
+from tandem.core.rollout import AnalysisResult
 from tandem_lab.sim import bench, rollout, w5seeds
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.scenarios import ScenarioConfig
@@ -87,6 +89,16 @@ def test_gate_counts_take_only_evaluations_with_a_verdict() -> None:
         "gate_looks": {"ttft": 2, "errors": 2},
         "gate_failures": {"ttft": 1, "errors": 1},
     }
+
+
+def test_the_log_keeps_what_the_step_counted() -> None:
+    """A cold canary's hit-ratio Failure held by the warm-up is logged as the NoData the step folded, so the per-gate
+    counts take only the Failures that counted toward ``failureLimit``."""
+    held = GateVerdict(name="hits", verdict="NoData", reason="WarmingUp", value="0.3", condition="warming up")
+    failed = GateVerdict(name="ttft", verdict="Failure", reason="SignificantlyWorse", value="1.4")
+    entry = rollout._log_entry(2920.0, AnalysisResult(AnalysisProgress(), "Continue", (held, failed)))
+    assert entry["gates"]["hits"].startswith("NoData:0.3 | WarmingUp")
+    assert rollout._gate_counts([entry]) == {"gate_looks": {"ttft": 1}, "gate_failures": {"ttft": 1}}
 
 
 def test_good_canaries_false_alarms_are_summed_per_gate() -> None:

@@ -77,7 +77,7 @@ from tandem.core.promql import (
     compute_rate_window,
     parse_prom_duration,
 )
-from tandem.core.rollout import RevisionCounts, RolloutInputs, plan_rollout, surge_room
+from tandem.core.rollout import AnalysisResult, RevisionCounts, RolloutInputs, plan_rollout, surge_room
 from tandem_lab.sim.config import SimParams
 from tandem_lab.sim.engine import Revision, SimOptions, SimResult, Simulation
 from tandem_lab.sim.metrics import TPOT_BUCKETS, TTFT_BUCKETS, RevisionSeries, ScrapeStore, histogram_quantile
@@ -358,6 +358,13 @@ def _summ(verdicts: Sequence[GateVerdict]) -> dict[str, str]:
     }
 
 
+def _log_entry(now: float, analysis: AnalysisResult) -> dict[str, Any]:
+    """One evaluation of the Tandem arm as the step folded it: the verdicts after the warm-up, so a cold canary's
+    held Failure reads ``NoData`` ``WarmingUp`` (its comparison kept in the condition) and only the Failures that
+    counted toward ``failureLimit`` read ``Failure``."""
+    return {"t": round(now, 3), "outcome": analysis.outcome, "gates": _summ(analysis.verdicts)}
+
+
 def _gate_counts(evaluations: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Per gate, the evaluations that reached a verdict (``gate_looks``: Success or Failure) and its Failures
     (``gate_failures``). On a good canary every Failure is a false alarm, so over many seeds these measure each
@@ -476,7 +483,7 @@ class TandemRollout:
                 self.pool.spec.longest_prompt,
             )
             analysis = fold_analysis(self.pool, request, verdicts, now_dt)
-            tl.evaluations.append({"t": round(now, 3), "outcome": analysis.outcome, "gates": _summ(verdicts)})
+            tl.evaluations.append(_log_entry(now, analysis))
             if tl.first_breach_s is None and any(v.verdict == VERDICT_FAILURE for v in verdicts):
                 tl.first_breach_s = now
         status = self.pool.status or InferencePoolStatus()

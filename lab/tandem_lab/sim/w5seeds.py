@@ -118,7 +118,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def false_alarms(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
     """Per gate, ``[Failures, looks that reached a verdict]`` summed over good canaries' runs: each Failure is a
-    false alarm. ``failureLimit: 1`` rolls a good step back at its second failing evaluation, so with ~15 looks a
+    false alarm (the verdicts as the step folded them, after the warm-up's holds). ``failureLimit: 1`` rolls a good step back at its second failing evaluation, so with ~15 looks a
     per-look rate of 1 % costs ~1 % of first steps and 2.5 % ~5 % (docs/design/009); this is the measured rate.
     Rows from runs that did not record the counts are left out."""
     out: dict[str, list[int]] = {}
@@ -233,8 +233,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     if alarms:
         lines += [
             "",
-            "False alarms of the good canaries per gate (Failures / looks that reached a verdict, over every seed): "
-            "`failureLimit: 1` rolls a step back at its second failing look.",
+            "False alarms of the good canaries per gate (Failures that counted, after the warm-up's holds / looks "
+            "that reached a verdict, over every seed): `failureLimit: 1` rolls a step back at its second failing "
+            "look.",
             "",
         ]
         for s in alarms:
