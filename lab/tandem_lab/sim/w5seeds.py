@@ -118,9 +118,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def false_alarms(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
     """Per gate, ``[Failures, looks that reached a verdict]`` summed over good canaries' runs: each Failure is a
-    false alarm (the verdicts as the step folded them, after the warm-up's holds). ``failureLimit: 1`` rolls a good step back at its second failing evaluation, so with ~15 looks a
-    per-look rate of 1 % costs ~1 % of first steps and 2.5 % ~5 % (docs/design/009); this is the measured rate.
-    Rows from runs that did not record the counts are left out."""
+    false alarm (the verdicts as the step folded them, after the warm-up's holds). ``failureLimit: 1`` rolls a
+    good step back at its second failing evaluation, so with ~15 looks a per-look rate of 1 % costs ~1 % of first
+    steps and 3 % ~7 % (docs/design/009); this is the measured rate. Rows from runs that did not record the counts
+    are left out."""
     out: dict[str, list[int]] = {}
     for r in rows:
         looks, failures = r.get("gate_looks"), r.get("gate_failures")
