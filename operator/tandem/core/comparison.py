@@ -276,9 +276,10 @@ class UncachedWork:
             return self.canary, None
         return max(0.0, self.canary - self.canary_fetched), self.canary_fetched
 
-    def ratios(self, fit: WorkFit) -> tuple[float, ...]:
-        """The canary's work over stable's, per kind of work the line prices apart, from the revisions' own counters:
-        the bounds the line's prediction is held between (:func:`compare_latency`). With TTFT = a + b·P + c·F and
+    def ratios(self, fit: WorkFit) -> tuple[tuple[str, float], ...]:
+        """The canary's work over stable's, per kind of work the line prices apart (``local misses``,
+        ``prefilled``, ``fetched``), from the revisions' own counters: the bounds the line's prediction is held
+        between (:func:`compare_latency`, whose verdict names the one that held it). With TTFT = a + b·P + c·F and
         a, b, c ≥ 0 (:mod:`tandem.core.pairfit` keeps them so), the canary's TTFT over stable's lies between the
         smallest and the largest of 1, P_c/P_s and F_c/F_s (the mediant inequality), whatever per-pair answers
         drew the line. Local misses alone (``merged`` fit, or fetched tokens not known) give one ratio, misses
@@ -286,11 +287,6 @@ class UncachedWork:
         per request against stable's 5,737 + 10,660 → misses ×1.07, prefilled ×1.62: a line at 1,281 ms over
         stable's 918 ms (×1.40) is within the bounds; misses alone held it to 985 ms and read the identical
         canary ×1.43 slower, which failed it."""
-        return tuple(ratio for _, ratio in self.named_ratios(fit))
-
-    def named_ratios(self, fit: WorkFit) -> tuple[tuple[str, float], ...]:
-        """:meth:`ratios` with the kind of work each one counts (``local misses``, ``prefilled``, ``fetched``), so
-        a verdict whose line was held says which of the revisions' counters held it."""
         misses = self.canary / self.stable if self.stable > 0 else 1.0
         if fit.merged or self.canary_fetched is None or self.stable_fetched is None:
             return (("local misses", misses),)
@@ -493,7 +489,7 @@ def compare_latency(
         # Between stable's mean × the smallest and × the largest of 1 and the revisions' own work ratios
         # (UncachedWork.ratios): a forged per-pair answer cannot excuse more than those counters do, and the line
         # cannot claim TTFT has no fixed part. The verdict names the bound that held it.
-        named = (("stable's mean", 1.0), *work.named_ratios(fit))
+        named = (("stable's mean", 1.0), *work.ratios(fit))
         at = work.point(fit)
         line = fit.predict(*at)
         lowest, highest = min(named, key=lambda r: r[1]), max(named, key=lambda r: r[1])

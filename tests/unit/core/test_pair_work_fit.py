@@ -364,7 +364,7 @@ def test_a_held_line_names_the_counter_that_held_it() -> None:
     forged = tuple(n * x_bar * (t / n + 8.0) / (y_bar + 8.0) for n, t in sp)
     forged_fetched = tuple(f * m_forged / m for f, m_forged, m in zip(sf, forged, su, strict=True))
     work = UncachedWork(sum(cu) / c.count, x_bar, sum(cf) / c.count, sum(sf) / s.count)
-    named = dict(work.named_ratios(work_fit(work, PairLatencies(cp, sp, su, sf))))  # type: ignore[arg-type]
+    named = dict(work.ratios(work_fit(work, PairLatencies(cp, sp, su, sf))))  # type: ignore[arg-type]
     assert named["prefilled"] == max(named.values()) > 1.3, named
     got = compare_latency(
         c,
@@ -391,9 +391,9 @@ def test_the_bounds_are_the_revisions_own_work_ratios(work: UncachedWork, want: 
     _, sp, su, sf = _fetching_fleet(rng, _stable_fetching(rng), 100)
     fit = fit_pair_work(sp, su, sf)
     assert fit is not None and not fit.merged
-    assert work.ratios(fit) == pytest.approx(want)
+    assert tuple(r for _, r in work.ratios(fit)) == pytest.approx(want)
     merged = fit_pair_work(sp, su)
-    assert merged is not None and work.ratios(merged) == pytest.approx((17.6 / 16.4,))
+    assert merged is not None and work.ratios(merged) == (("local misses", pytest.approx(17.6 / 16.4)),)
 
 
 def _work(canary_fetched: fp.Reply | None, stable_fetched: fp.Reply | None) -> UncachedWork | None:
