@@ -115,8 +115,11 @@ def describe(obj: dict[str, Any]) -> str:
             )
     analysis = rollout.get("analysis") or {}
     if rollout.get("gates"):
+        own = analysis.get("gateFailures") or {}
+        apart = "".join(f", {name} {k}" for name, k in sorted(own.items()) if isinstance(k, int) and k)
         lines.append(
             f"analysis    success streak {analysis.get('successStreak', 0)}, failures {analysis.get('failures', 0)}"
+            + apart
         )
         for gate in rollout["gates"]:
             baseline = f" (stable {gate['baseline']})" if gate.get("baseline") else ""

@@ -2,14 +2,15 @@
 
 The pool takes `examples/speed-pool.yaml`'s `rollout.analysis` unchanged (compare gates, errors with a
 floor, local-kv-hits, the cold-cache warm-up, interval 30 s, initialDelay 60 s, successStreak 3,
-failureLimit 1) and its small first exposure (`setWeight: 5`); only the pool's size and the steps after
-the first analysis are the test's. Engine metrics come from the test exporter, scripted per revision:
+failureLimit 1, the TTFT gate's own 2) and its small first exposure (`setWeight: 5`); only the pool's size and
+the steps after the first analysis are the test's. Engine metrics come from the test exporter, scripted per revision:
 
 - a good version behaves like stable and is promoted;
 - a bad version has TTFT × 3 *and* a cold cache that never warms (hit ratio 0.3 against stable's 0.6), so
   the warm-up holds its hit-ratio gate if the score test finds the gap at all; its TTFT failure still stands,
-  because the extra misses explain at most (0.7/0.4) × 1.1 = ×1.93. It is rolled back at its second failed
-  evaluation, not after the warm-up's 5 minutes, and the pass that decides it publishes the canary's weight as 0.
+  because the extra misses explain at most (0.7/0.4) × 1.1 = ×1.93. It is rolled back at its third TTFT Failure
+  (the gate's own `failureLimit: 2`), not after the warm-up's 5 minutes, and the pass that decides it publishes
+  the canary's weight as 0.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     print(f"bad version: rollback decided {decided_s:.0f} s after its analysis step started")
     gates = {g["name"]: g for g in flipped["rollout"].get("gates") or []}
     assert gates["ttft-p95"]["verdict"] == "Failure", gates
+    assert flipped["rollout"]["analysis"]["gateFailures"] == {"ttft-p95": 3}, flipped["rollout"]["analysis"]
     assert "not a cold cache" in gates["ttft-p95"]["condition"], gates["ttft-p95"]
     # cold: held (WarmingUp) or within the hit ratio's noise (NotSignificantlyWorse) — not the cause
     assert gates["local-kv-hits"]["verdict"] != "Failure", gates["local-kv-hits"]

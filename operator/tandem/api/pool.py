@@ -624,8 +624,10 @@ class GateComparison(ApiModel):
     then applies `onNoData`. With `window: Step` the power grows with the step. 0 turns the floor off. An ErrorRate
     Step gate's power is Wald's acceptance bound, so the floor is the most a canary worse by the effect size may pass
     a step with: 80 lets one in five through, 99 one in a hundred, and a good canary then needs about ln(100)/KL
-    requests (≈ 1,000 on stable's 0.5 % at +1 point): size `noDataDeadline` to that at the step's traffic. Latency
-    power is a lower bound (it counts only the mean test, with a bucket-based variance bound)."""
+    requests (≈ 1,000 on stable's 0.5 % at +1 point): size `noDataDeadline` to that at the step's traffic. A canary
+    worse by about half the effect can leave Wald's test undecided; once a single test of the step's canary requests
+    would have this power (≈ 2,300 requests on 0.5 % at 99), that test decides instead. Latency power is a lower
+    bound (it counts only the mean test, with a bucket-based variance bound)."""
     error_increase_permille: Annotated[int, Field(ge=1, le=1000)] = 10
     """ErrorRate only: the rise in error rate the power is computed for, in per mille of requests (10 = +1
     percentage point over stable's rate)."""
@@ -729,6 +731,13 @@ class MetricGate(ApiModel):
                 "analysis metric: set template or query, not both",
                 field_path=".query",
             ),
+            Rule(
+                "!has(self.failureLimit) || !has(self.compare) || !has(self.compare.window) || "
+                "self.compare.window != 'Step'",
+                "analysis metric: failureLimit has no use on a compare.window: Step gate (its Failure fails the step "
+                "at once: its test holds its confidence over every look)",
+                field_path=".failureLimit",
+            ),
         )
     }
 
@@ -773,6 +782,14 @@ class MetricGate(ApiModel):
     compare: GateComparison | None = None
     """Compare the canary with stable statistically. With a condition as well, the gate fails only when both say
     so: the condition is then an absolute floor (e.g. `result > 0.01` for errors)."""
+    failure_limit: Annotated[int, Field(ge=-1, le=100)] | None = None
+    """Failed evaluations of this gate tolerated in a step, counted apart from the other gates; one more triggers the
+    failure action (-1: this gate never does). Unset: the gate shares `analysis.failureLimit` with the other gates
+    without one (an evaluation with any of their Failures counts once). For a gate whose rare false alarms come in
+    a heavier tail than its test assumes: on W5, TTFT gates of canaries as fast as stable failed 2.7 % of their
+    looks at 99 %, and two such Failures in a long first step, or one beside another gate's, rolled back a good
+    version; a TTFT regression fails most of its looks and pays one or two more of them (docs/design/009). Not on a
+    `compare.window: Step` gate, whose Failure fails the step at once."""
 
     @model_validator(mode="before")
     @classmethod
@@ -910,7 +927,8 @@ class AnalysisSpec(ApiModel):
     success_streak: Annotated[int, Field(ge=1, le=100)] = 3
     """Consecutive Successes of every gate needed to pass an analysis step."""
     failure_limit: Annotated[int, Field(ge=-1, le=100)] = 0
-    """Failed evaluations tolerated in a step; one more triggers the failure action. A Failure of a
+    """Failed evaluations tolerated in a step; one more triggers the failure action. An evaluation counts once
+    however many gates failed in it; gates with their own `failureLimit` are counted apart. A Failure of a
     `compare.window: Step` gate triggers it at once (its test is valid at every look). -1 disables."""
     no_data_deadline: Duration = "10m"
     """How long NoData or Error may last before `onNoData` is applied. A gate below its `minPowerPercent` is NoData

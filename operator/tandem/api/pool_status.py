@@ -106,7 +106,9 @@ class AnalysisProgress(ApiModel):
     success_streak: Count = 0
     """Consecutive evaluations in which every gate was a Success."""
     failures: Count = 0
-    """Failures counted in this step."""
+    """Failed evaluations counted in this step against `analysis.failureLimit` (gates without their own limit)."""
+    gate_failures: Annotated[dict[str, Count], Field(max_length=16)] = {}
+    """Failed evaluations in this step of each gate with its own `failureLimit`, by gate name."""
     no_data_since: datetime | None = None
     """Start of the current run of NoData/Error verdicts."""
     last_evaluated_at: datetime | None = None

@@ -24,6 +24,11 @@ Rules, for one evaluation with the verdicts of every gate of the step:
    ``failures > failureLimit`` → ``Failed`` (``failureLimit: -1`` never fails). A Failure resets the
    streak. A Failure of a ``compare.window: Step`` gate fails the step at once (``failures`` is raised to
    ``failureLimit + 1``): its test is already valid at every look, so a confirming look adds only delay.
+   A gate with its own ``failureLimit`` is counted apart, in ``gateFailures[name]``, and its Failures neither
+   count toward ``failures`` nor add to another gate's: ``gateFailures[name] > its failureLimit`` → ``Failed``.
+   Why: a shared count adds up rare false alarms of different gates, and of looks far apart in a long step; a
+   gate whose false alarms come in a heavier tail than its test's ``α`` (W5's TTFT, 2.7 % of looks at 99 %) can
+   ask for one more confirming Failure of its own without slowing the other gates (docs/design/009).
 5. **Streak.** All gates Success → ``successStreak + 1``; anything else → 0. Streak ≥ ``successStreak``
    → ``Passed``. NoData and Error never count as Success.
 6. **NoData / Error** in any gate → hold; ``noDataSince`` is set at the first such evaluation and kept
@@ -62,7 +67,7 @@ t=210, ``210 − 90 ≥ 120`` → **NoDataDeadline**.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -154,9 +159,21 @@ def next_evaluation_at(progress: AnalysisProgress, spec: AnalysisSpec, step_star
     return max(first, progress.last_evaluated_at + timedelta(seconds=parse_duration(spec.interval)))
 
 
+def _own_limits(spec: AnalysisSpec) -> dict[str, int]:
+    """The gates counted apart (rule 4): name → their own ``failureLimit``."""
+    return {g.name: g.failure_limit for g in spec.metrics if g.failure_limit is not None}
+
+
+def _over_own_limit(gate_failures: Mapping[str, int], spec: AnalysisSpec) -> list[str]:
+    """The gates whose own Failures in this step exceed their own ``failureLimit`` (-1: never)."""
+    return [n for n, limit in _own_limits(spec).items() if 0 <= limit < gate_failures.get(n, 0)]
+
+
 def _standing(progress: AnalysisProgress, spec: AnalysisSpec, now: datetime) -> Outcome:
     """The outcome the persisted progress already implies (for calls that are not due)."""
     if spec.failure_limit >= 0 and progress.failures > spec.failure_limit:
+        return Outcome.FAILED
+    if _over_own_limit(progress.gate_failures, spec):
         return Outcome.FAILED
     if progress.no_data_since is not None and now - progress.no_data_since >= _deadline(spec):
         return Outcome.NO_DATA_DEADLINE
@@ -201,11 +218,14 @@ def evaluate_step(
     last = progress.last_evaluated_at
     if last is not None and last < step_started_at:
         # Progress left over from an earlier step (the caller did not reset it): start this step clean.
-        progress = progress.model_copy(update={"success_streak": 0, "failures": 0, "no_data_since": None})
+        progress = progress.model_copy(
+            update={"success_streak": 0, "failures": 0, "gate_failures": {}, "no_data_since": None}
+        )
         last = None
     fresh_window = last is None or now - last > 2 * interval
     streak = 0 if fresh_window else progress.success_streak
     failures = progress.failures
+    gate_failures = dict(progress.gate_failures)
     no_data_since = None if fresh_window else progress.no_data_since
     next_due = now + interval
 
@@ -214,6 +234,7 @@ def evaluate_step(
             update={
                 "success_streak": streak,
                 "failures": failures,
+                "gate_failures": gate_failures,
                 "no_data_since": no_data_since,
                 "last_evaluated_at": now,
             }
@@ -236,17 +257,27 @@ def evaluate_step(
         return done(Outcome.PAUSED, REASON_INVALID_QUERY, "; ".join(explain_verdict(v) for v in invalid))
 
     if VERDICT_FAILURE in kinds:
-        failures = min(failures + 1, 100_000)
         streak = 0
-        stepped = spec.failure_limit >= 0 and failures <= spec.failure_limit and _step_window_failures(verdicts, spec)
-        if stepped:
-            failures = spec.failure_limit + 1
-        if spec.failure_limit >= 0 and failures > spec.failure_limit:
-            why = (
-                "a window: Step gate failed (valid at every look; failureLimit not waited out)"
-                if stepped
-                else f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}"
+        own = _own_limits(spec)
+        failed = {v.name for v in verdicts if v.verdict == VERDICT_FAILURE}
+        for name in failed & own.keys():
+            gate_failures[name] = min(gate_failures.get(name, 0) + 1, 100_000)
+        stepped = False
+        if failed - own.keys():
+            failures = min(failures + 1, 100_000)
+            stepped = (
+                spec.failure_limit >= 0 and failures <= spec.failure_limit and _step_window_failures(verdicts, spec)
             )
+            if stepped:
+                failures = spec.failure_limit + 1
+        over = _over_own_limit(gate_failures, spec)
+        if (spec.failure_limit >= 0 and failures > spec.failure_limit) or over:
+            whys = [f"{n}: {gate_failures[n]} failed evaluation(s) > its failureLimit {own[n]}" for n in over]
+            if stepped:
+                whys.insert(0, "a window: Step gate failed (valid at every look; failureLimit not waited out)")
+            elif spec.failure_limit >= 0 and failures > spec.failure_limit:
+                whys.insert(0, f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}")
+            why = "; ".join(whys)
             return done(Outcome.FAILED, REASON_FAILURE_LIMIT, f"{why}: " + _summary(verdicts, {VERDICT_FAILURE}))
     elif kinds == {VERDICT_SUCCESS}:
         streak += 1
@@ -264,14 +295,23 @@ def evaluate_step(
         message = f"{streak} consecutive evaluations with every gate Success"
         if failures:
             message += f" (after {failures} failed evaluation(s), within failureLimit {spec.failure_limit})"
+        if any(gate_failures.values()):
+            message += " (within their own failureLimit: " + _counts(gate_failures) + ")"
         return done(Outcome.PASSED, REASON_SUCCESS_STREAK, message)
     if holding:
         return done(Outcome.CONTINUE, REASON_HOLDING_NO_DATA, _summary(verdicts, {VERDICT_NO_DATA, VERDICT_ERROR}))
     return done(
         Outcome.CONTINUE,
         REASON_WAITING_STREAK,
-        f"success streak {streak}/{spec.success_streak}" + (f"; {failures} failure(s)" if failures else ""),
+        f"success streak {streak}/{spec.success_streak}"
+        + (f"; {failures} failure(s)" if failures else "")
+        + (f"; {_counts(gate_failures)}" if any(gate_failures.values()) else ""),
     )
+
+
+def _counts(gate_failures: Mapping[str, int]) -> str:
+    """``ttft-p95 2 failure(s)``: the gates counted apart, for messages."""
+    return ", ".join(f"{n} {k} failure(s)" for n, k in sorted(gate_failures.items()) if k)
 
 
 __all__ = [

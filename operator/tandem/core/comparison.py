@@ -21,6 +21,16 @@ Rules (α = 1 − ``confidencePercent``/100):
   ``α/(j(j+1))``: at look 20 that level is 0.01/420, and W5's errors canary (+1 point on 0.47 %, 1.6
   requests/s) needed a median 1,207 canary requests to fail it against 758 for the sequential mixture (Monte
   Carlo, 200 runs each; docs/design/009).
+  **Truncation.** Wald's test has an indifference zone: a canary worse by about half the effect drifts between
+  its bounds, and W5's seed 16 (+1 point, realised 1.1 % against 0.53 %) was Underpowered for all 48 looks of a
+  24-minute step. So, with a power floor, a look that has decided neither way at a size where a single
+  one-sided test of the canary's requests (Fisher, as above, at ``α``) has the floor's power against the effect
+  runs that test instead: worse at ``p < α``, else "not worse" with that power, which lets the step pass. It adds
+  a level-``α`` test at each undecided look past that size (usually one: the step ends there unless another gate
+  holds it). Monte Carlo at 99 % with a 99 % floor (stable 0.5 %, 48
+  canary and 1,680 stable requests a look, 60 looks, 1,500 runs each; truncation near 2,000 canary requests):
+  good canaries failed 0.13 % → 0.93 %, +1-point canaries passed 0.9 % → 1.5 %, and none was left undecided
+  (4.4 % and 4.7 % had been).
 - **Latency**: two tests, Bonferroni-combined so together they keep ``α``: the rank-sum test over the
   buckets (sees any shift of the distribution that crosses bucket bounds) and a z-test on the means
   from ``_sum/_count`` with a variance bounded from the buckets (sees a shift that stays inside one
@@ -189,11 +199,14 @@ def compare_error_rates(
     confidence_percent: float,
     error_increase: float | None = None,
     sequential: bool = False,
+    power_floor: float = 0.0,
 ) -> Comparison:
     """Is the canary's error rate significantly higher than stable's (module docstring)?
 
     ``error_increase`` (a rate, 0.01 = +1 point) is the effect the power is computed for. ``sequential``:
     the counts are a step's cumulative ones, looked at again and again — Wald's test (module docstring).
+    ``power_floor`` (the gate's ``minPowerPercent``/100, 0 = off) truncates Wald's test where a fixed-sample
+    test of the canary's requests has that power (module docstring, "Errors, sequential").
     Example: 1 error in 40 canary requests, 30 in 6,000 stable, 99 % → Fisher ``p = 0.19 ≥ 0.01``: not worse;
     power against +1 point ``P(Bin(40, 0.015) ≥ 3) ≈ 0.02``.
     """
@@ -203,7 +216,7 @@ def compare_error_rates(
     if sequential:
         if error_increase is None:
             raise ValueError("a sequential errors test needs the effect size (error_increase)")
-        return _sequential_error_rates(a, n1, c, n2, level, error_increase)
+        return _sequential_error_rates(a, n1, c, n2, level, error_increase, power_floor)
     p = proportion_greater(a, n1, c, n2)
     worse = p < level
     ratio = _ratio(a / n1, c / n2)
@@ -216,18 +229,29 @@ def compare_error_rates(
     return Comparison(worse, p, ratio, summary, power)
 
 
-def _sequential_error_rates(a: int, n1: int, c: int, n2: int, level: float, increase: float) -> Comparison:
-    """Wald's sequential test of a step's cumulative errors (module docstring, ``core.stats.errors_sprt``)."""
+def _sequential_error_rates(
+    a: int, n1: int, c: int, n2: int, level: float, increase: float, floor: float
+) -> Comparison:
+    """Wald's sequential test of a step's cumulative errors (module docstring, ``core.stats.errors_sprt``),
+    truncated at the fixed-sample size of the power ``floor`` while it has decided neither way."""
     llr = errors_mixture_sprt(a, n1, c, n2, increase)  # decides: also quick against a gross regression
     p = min(1.0, math.exp(-llr))
     worse = p < level
     at_effect = errors_sprt(a, n1, c, n2, increase)  # the power is about the named effect
     power = min(1.0, max(0.0, 1.0 - (1.0 - level) * math.exp(min(at_effect, 700.0))))
-    summary = (
-        f"errors {a}/{n1} ({_pct(a / n1)}) vs stable {c}/{n2} ({_pct(c / n2)}): "
-        f"sequential ln LR {llr:.3g} {'>' if worse else '≤'} {math.log(1.0 / level):.3g}, "
-        f"power {_pct(power)} at +{100 * increase:g} pt"
-    )
+    head = f"errors {a}/{n1} ({_pct(a / n1)}) vs stable {c}/{n2} ({_pct(c / n2)}): "
+    sequential = f"sequential ln LR {llr:.3g} {'>' if worse else '≤'} {math.log(1.0 / level):.3g}"
+    if not worse and floor > 0.0 and power < floor:
+        fixed = errors_power(n1, c, n2, increase, level)
+        if fixed >= floor:  # undecided, at a size where a single test has the floor's power: it decides
+            p = proportion_greater(a, n1, c, n2)
+            worse = p < level
+            summary = (
+                f"{head}{sequential} undecided; truncated (a fixed test of {n1} requests has power "
+                f"{_pct(fixed)}): p={p:.3g} {'<' if worse else '≥'} {level:g}"
+            )
+            return Comparison(worse, p, _ratio(a / n1, c / n2), summary, fixed)
+    summary = f"{head}{sequential}, power {_pct(power)} at +{100 * increase:g} pt"
     return Comparison(worse, p, _ratio(a / n1, c / n2), summary, power)
 
 

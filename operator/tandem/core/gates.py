@@ -75,7 +75,8 @@ the whole step so far,
 and the comparison runs at the look's share of ``α``: ``α/(j(j+1))`` at look ``j``
 (:attr:`SampleWindow.look`, :func:`look_confidence`), which sums to ``α`` over any number of looks.
 An ``ErrorRate`` gate is the exception: it runs Wald's sequential test at the gate's own ``α``, valid at
-every look by construction (``core.comparison``, "Errors, sequential").
+every look by construction (``core.comparison``, "Errors, sequential"), truncated at the power floor: an
+undecided look whose canary requests would give one test that power runs that test instead.
 
 The power floor (``compare.minPowerPercent``, off at 0) applies only to a "not worse" answer: a window
 whose test had less than that chance of seeing a canary worse by the gate's effect size
@@ -700,6 +701,7 @@ def _comparison(
             confidence_percent=confidence,
             error_increase=gate.compare.error_increase_permille / 1000.0,
             sequential=stepped,
+            power_floor=gate.compare.min_power_percent / 100.0,
         )
     elif canary.prompt_tokens is not None and len(values) == 4:
         if max_prompt_tokens is None:

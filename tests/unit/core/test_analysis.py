@@ -169,6 +169,43 @@ def test_a_step_window_failure_fails_the_step_without_waiting_out_failure_limit(
     assert {ev.outcome for ev in run([(60 + 30 * i, [F, S]) for i in range(5)], never)} == {a.Outcome.CONTINUE}
 
 
+def _ttft_apart(limit: int | None) -> AnalysisSpec:
+    """g0 a TTFT gate with its own failureLimit (None: shares it); g1 and g2 share SPEC's failureLimit 1."""
+    own = {} if limit is None else {"failureLimit": limit}
+    metrics = [
+        MetricGate.model_validate({"name": "g0", "template": "TTFTP95", "compare": {}, **own}),
+        MetricGate.model_validate({"name": "g1", "template": "TPOTP90", "compare": {}}),
+        MetricGate.model_validate({"name": "g2", "template": "LocalKVHitRatio", "compare": {}}),
+    ]
+    return SPEC.model_copy(update={"metrics": metrics})
+
+
+def test_a_gate_with_its_own_failure_limit_is_counted_apart() -> None:
+    """W5 seed 10: two TTFT false alarms eleven looks apart rolled back a good canary under the shared count; with
+    the TTFT gate at failureLimit 2 they are two of its three, and another gate's Failure does not add to them."""
+    spec = _ttft_apart(2)
+    looks = [(60 + 30 * i, kinds) for i, kinds in enumerate([[F, S, S], [S, S, S], [S, F, S], [F, S, S]])]
+    evs = run(looks, spec)
+    assert [ev.outcome for ev in evs] == [a.Outcome.CONTINUE] * 4
+    assert (evs[-1].progress.failures, evs[-1].progress.gate_failures) == (1, {"g0": 2})
+    assert "g0 2 failure(s)" in evs[-1].message
+    third = run([*looks, (180, [F, S, S])], spec)[-1]
+    assert third.outcome is a.Outcome.FAILED and third.reason == "FailureLimitExceeded"
+    assert third.message.startswith("g0: 3 failed evaluation(s) > its failureLimit 2"), third.message
+    # the same looks under the shared count: the second evaluation with a Failure fails the step
+    assert [ev.outcome for ev in run(looks, _ttft_apart(None))][1:3] == [a.Outcome.CONTINUE, a.Outcome.FAILED]
+    # the other two gates still share failureLimit 1
+    assert run([(60, [S, F, S]), (90, [S, S, F])], spec)[-1].outcome is a.Outcome.FAILED
+    # -1: that gate never fails the step
+    never = run([(60 + 30 * i, [F, S, S]) for i in range(6)], _ttft_apart(-1))
+    assert {ev.outcome for ev in never} == {a.Outcome.CONTINUE} and never[-1].progress.gate_failures == {"g0": 6}
+    # a not-due call reports the standing outcome from the gate's own count; a new step starts clean
+    early = a.evaluate_step(third.progress, verdicts(S, S, S), spec, T0, at(190))
+    assert (early.evaluated, early.outcome) == (False, a.Outcome.FAILED)
+    fresh = a.evaluate_step(third.progress, verdicts(S, S, S), spec, at(200), at(261))
+    assert fresh.progress.gate_failures == {} and fresh.outcome is a.Outcome.CONTINUE
+
+
 def test_at_most_one_evaluation_per_interval() -> None:
     first = a.evaluate_step(AnalysisProgress(), verdicts(S), SPEC, T0, at(60))
     again = a.evaluate_step(first.progress, verdicts(S), SPEC, T0, at(75))

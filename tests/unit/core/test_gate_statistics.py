@@ -454,6 +454,26 @@ def test_power_floor_turns_an_uninformative_pass_into_no_data(
     assert ("below minPowerPercent 80" in v.condition) == (want[1] == "Underpowered"), v.condition
 
 
+def test_an_undecided_step_errors_gate_is_decided_by_its_power_floor() -> None:
+    """The gate hands its floor to Wald's test: W5 seed 16's +1-point canary, Underpowered for 48 looks, fails
+    where a single test of its 2,346 requests has 99 % power (core.comparison, "Truncation")."""
+    gate = powered_errors_gate(99, window="Step")
+    samples = g.GateSamples(arm(2346, errors=26), arm(123_215, errors=651))
+    v = g.evaluate_gate(
+        gate, res(fp.value(0.0111)), res(fp.value(0.0053)), dataclasses.replace(WINDOW, interval_s=30), samples
+    )
+    assert (v.verdict, v.reason) == ("Failure", "SignificantlyWorse"), v.condition
+    assert "undecided; truncated" in v.condition
+    held = g.evaluate_gate(
+        gate.model_copy(update={"compare": gate.compare.model_copy(update={"min_power_percent": 0})}),  # type: ignore[union-attr]
+        res(fp.value(0.0111)),
+        res(fp.value(0.0053)),
+        dataclasses.replace(WINDOW, interval_s=30),
+        samples,
+    )
+    assert (held.verdict, held.reason) == ("Success", "NotSignificantlyWorse"), held.condition  # no floor: Wald's
+
+
 def test_a_long_condition_keeps_the_floor_it_waits_for() -> None:
     """The condition text is clipped at 1,024 characters; the summary gives way, not the Underpowered note."""
     long = "result >" + " " * 1_100 + "0.01"  # the condition alone is longer than the limit

@@ -39,10 +39,15 @@ def step(seed: int, canary_rate: float) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def sequential(counts: tuple[int, int, int, int]) -> cmp.Comparison:
+def sequential(counts: tuple[int, int, int, int], floor: float = 0.0) -> cmp.Comparison:
     a, n1, c, n2 = counts
     return cmp.compare_error_rates(
-        cmp.ErrorCounts(n1, a), cmp.ErrorCounts(n2, c), confidence_percent=99, error_increase=INCREASE, sequential=True
+        cmp.ErrorCounts(n1, a),
+        cmp.ErrorCounts(n2, c),
+        confidence_percent=99,
+        error_increase=INCREASE,
+        sequential=True,
+        power_floor=floor,
     )
 
 
@@ -147,3 +152,39 @@ def test_a_stable_arm_without_errors_still_has_a_rate() -> None:
     """Half an error keeps ``p0 > 0``: a canary with a few errors against a clean stable is not infinitely worse."""
     assert math.isfinite(stats.errors_sprt(3, 300, 0, 6_000, 0.01))
     assert stats.errors_sprt(0, 300, 0, 6_000, 0.01) < 0
+
+
+SEED_16 = ((21, 1_948, 540, 103_242), (26, 2_346, 651, 123_215))
+"""W5 seed 16's errors canary (+1 point) at looks 36 and 48 of a step it spent Underpowered (full-window run)."""
+
+
+def test_an_undecided_step_is_decided_by_one_test_once_that_test_has_the_floors_power() -> None:
+    """Wald's indifference zone: a +1-point canary that realised +0.55 point held its step for 24 minutes."""
+    before, after = (sequential(x, floor=0.99) for x in SEED_16)
+    assert not before.worse and before.power is not None and before.power < 0.99  # 1,948 requests: not yet
+    assert "truncated" not in before.summary
+    assert after.worse and after.p_value < 0.01 and after.power is not None and after.power >= 0.99
+    assert "undecided; truncated (a fixed test of 2346 requests has power 99.51 %): p=0.000555 < 0.01" in after.summary
+    alone = sequential(SEED_16[1])  # without a floor Wald's test alone: still undecided
+    assert not alone.worse and alone.power is not None and alone.power < 0.5
+
+
+def test_a_truncated_not_worse_is_powered_and_one_worse_needs_significance() -> None:
+    """18 errors in 2,346 (0.77 %) is undecided by Wald but not significant: a powered pass; 22 (0.94 %) is."""
+    held = sequential((18, 2_346, 651, 123_215), floor=0.99)
+    assert not held.worse and held.power is not None and held.power >= 0.99 and "p=0.0816 ≥ 0.01" in held.summary
+    assert sequential((22, 2_346, 651, 123_215), floor=0.99).worse
+    decided = sequential((14, 2_346, 651, 123_215), floor=0.99)  # Wald accepted: its own power, no single test
+    assert not decided.worse and "truncated" not in decided.summary and decided.power is not None
+    assert decided.power > 0.999
+
+
+def test_truncation_leaves_no_step_undecided_and_keeps_false_alarms_within_two_alpha() -> None:
+    """Every 30-minute step ends decided, at a cost in false alarms bounded by the one added test per run."""
+    runs = 150
+    good = [[sequential(x, floor=0.99) for x in step(seed, STABLE_RATE)] for seed in range(runs)]
+    alarms = sum(any(r.worse for r in looks) for looks in good)
+    assert alarms <= 2 * 2 * 0.01 * runs, alarms
+    half = [[sequential(x, floor=0.99) for x in step(20_000 + seed, STABLE_RATE + INCREASE / 2)] for seed in range(50)]
+    undecided = [looks for looks in half if all(not r.worse and (r.power or 0.0) < 0.99 for r in looks[-5:])]
+    assert not undecided, len(undecided)
