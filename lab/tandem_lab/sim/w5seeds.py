@@ -235,8 +235,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "False alarms of the good canaries per gate (Failures that counted, after the warm-up's holds / looks "
-            "that reached a verdict, over every seed): `failureLimit: 1` rolls a step back at its second failing "
-            "look.",
+            "that reached a verdict, over every seed): a step is rolled back once its evaluations with a Failure "
+            "exceed `analysis.failureLimit`, or one gate's Failures exceed that gate's own `failureLimit` (the "
+            "example's `ttft-p95`: 2).",
             "",
         ]
         for s in alarms:
