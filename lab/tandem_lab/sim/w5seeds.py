@@ -236,8 +236,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             "",
             "False alarms of the good canaries per gate (Failures that counted, after the warm-up's holds / looks "
             "that reached a verdict, over every seed): a step is rolled back once its evaluations with a Failure "
-            "exceed `analysis.failureLimit`, or one gate's Failures exceed that gate's own `failureLimit` (the "
-            "example's `ttft-p95`: 2).",
+            "exceed `analysis.failureLimit`, or one gate's Failures exceed that gate's own `failureLimit`.",
             "",
         ]
         for s in alarms:

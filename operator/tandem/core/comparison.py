@@ -27,10 +27,9 @@ Rules (α = 1 − ``confidencePercent``/100):
   one-sided test of the canary's requests (Fisher, as above, at ``α``) has the floor's power against the effect
   runs that test instead: worse at ``p < α``, else "not worse" with that power, which lets the step pass. It adds
   a level-``α`` test at each undecided look past that size (usually one: the step ends there unless another gate
-  holds it). Monte Carlo at 99 % with a 99 % floor (stable 0.5 %, 48
-  canary and 1,680 stable requests a look, 60 looks, 1,500 runs each; truncation near 2,000 canary requests):
-  good canaries failed 0.13 % → 0.93 %, +1-point canaries passed 0.9 % → 1.5 %, and none was left undecided
-  (4.4 % and 4.7 % had been).
+  holds it). Monte Carlo at 99 % with a 99 % floor (stable 0.5 %, 48 canary and 1,680 stable requests a look, 60
+  looks, 1,500 runs each; truncation near 2,000 canary requests): good canaries failed 0.13 % → 0.93 %, +1-point
+  canaries passed 0.9 % → 1.5 %, and none was left undecided (4.4 % and 4.7 % had been).
 - **Latency**: two tests, Bonferroni-combined so together they keep ``α``: the rank-sum test over the
   buckets (sees any shift of the distribution that crosses bucket bounds) and a z-test on the means
   from ``_sum/_count`` with a variance bounded from the buckets (sees a shift that stays inside one
