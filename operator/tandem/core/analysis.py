@@ -169,11 +169,14 @@ def _over_own_limit(gate_failures: Mapping[str, int], spec: AnalysisSpec) -> lis
     return [n for n, limit in _own_limits(spec).items() if 0 <= limit < gate_failures.get(n, 0)]
 
 
+def _over_shared_limit(failures: int, spec: AnalysisSpec) -> bool:
+    """Whether the step's shared count of failed evaluations exceeds ``analysis.failureLimit`` (-1: never)."""
+    return spec.failure_limit >= 0 and failures > spec.failure_limit
+
+
 def _standing(progress: AnalysisProgress, spec: AnalysisSpec, now: datetime) -> Outcome:
     """The outcome the persisted progress already implies (for calls that are not due)."""
-    if spec.failure_limit >= 0 and progress.failures > spec.failure_limit:
-        return Outcome.FAILED
-    if _over_own_limit(progress.gate_failures, spec):
+    if _over_shared_limit(progress.failures, spec) or _over_own_limit(progress.gate_failures, spec):
         return Outcome.FAILED
     if progress.no_data_since is not None and now - progress.no_data_since >= _deadline(spec):
         return Outcome.NO_DATA_DEADLINE
@@ -266,16 +269,18 @@ def evaluate_step(
         if failed - own.keys():
             failures = min(failures + 1, 100_000)
             stepped = (
-                spec.failure_limit >= 0 and failures <= spec.failure_limit and _step_window_failures(verdicts, spec)
+                spec.failure_limit >= 0
+                and not _over_shared_limit(failures, spec)
+                and _step_window_failures(verdicts, spec)
             )
             if stepped:
                 failures = spec.failure_limit + 1
         over = _over_own_limit(gate_failures, spec)
-        if (spec.failure_limit >= 0 and failures > spec.failure_limit) or over:
+        if _over_shared_limit(failures, spec) or over:
             whys = [f"{n}: {gate_failures[n]} failed evaluation(s) > its failureLimit {own[n]}" for n in over]
             if stepped:
                 whys.insert(0, "a window: Step gate failed (valid at every look; failureLimit not waited out)")
-            elif spec.failure_limit >= 0 and failures > spec.failure_limit:
+            elif _over_shared_limit(failures, spec):
                 whys.insert(0, f"{failures} failed evaluation(s) > failureLimit {spec.failure_limit}")
             why = "; ".join(whys)
             return done(Outcome.FAILED, REASON_FAILURE_LIMIT, f"{why}: " + _summary(verdicts, {VERDICT_FAILURE}))
