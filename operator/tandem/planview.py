@@ -23,7 +23,7 @@ from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot
 from tandem.core.placement import DEVICE_IDS
 from tandem.core.plan import Plan, plan_pool
-from tandem.core.rollout import canary_target
+from tandem.core.rollout import LIKE_LOAD_RATIO, canary_pair_load, canary_target, stable_beside
 
 
 def register(subparsers: Any) -> None:
@@ -63,19 +63,31 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
         )
     spec = pool.spec
     steps = []
+    notes = []
     replicas = spec.pairs.replicas
-    for index, step in enumerate(spec.rollout.steps):
-        canary, weight = canary_target(list(spec.rollout.steps), index, replicas)
+    all_steps = list(spec.rollout.steps)
+    for index, step in enumerate(all_steps):
+        canary, weight = canary_target(all_steps, index, replicas)
+        raw = canary_pair_load(all_steps, index, replicas, spec.rollout.max_surge)
+        load = None if raw is None else round(raw, 2)
         action = step.model_dump(by_alias=True, exclude_none=True)
+        label = f"{index + 1}/{len(all_steps)}"
         steps.append(
             {
-                "step": f"{index + 1}/{len(spec.rollout.steps)}",
+                "step": label,
                 "action": action,
                 "canaryPairs": canary,
-                "stablePairs": replicas - canary,
+                "stablePairs": stable_beside(canary, replicas, spec.rollout.max_surge),
                 "canaryTrafficPercent": weight,
+                "canaryPairLoad": load,
             }
         )
+        if step.analysis is not None and load is not None and not LIKE_LOAD_RATIO <= load <= 1 / LIKE_LOAD_RATIO:
+            notes.append(
+                f"step {label} analyses canary pairs that carry x{load:.2f} of a stable pair's keys at "
+                f"{replicas} replicas: its latency gates compare the canary at another load "
+                "(setCanaryPairs gives each canary pair a stable pair's share)"
+            )
     summary = {
         "pool": pool.metadata.name,
         "revision": plan.desired_revision,
@@ -83,6 +95,7 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
         "gpusPerPair": spec.pairs.prefill.instances * spec.pairs.prefill.gpus_per_instance
         + spec.pairs.decode.instances * spec.pairs.decode.gpus_per_instance,
         "rolloutSteps": steps,
+        "rolloutNotes": notes,
         "conditions": {c.type: f"{c.status} ({c.reason})" for c in plan.status.conditions},
         "routingTable": json.loads(plan.routing.to_json()),
     }
@@ -158,11 +171,18 @@ def print_text(summary: dict[str, Any], nodes: int, args: argparse.Namespace) ->
     print("rollout steps (for the next stack version):")
     for step in summary["rolloutSteps"]:
         weight = step["canaryTrafficPercent"]
-        traffic = "by pair count" if weight is None else f"{weight}%"
+        traffic = f"{weight}%"
+        if weight is None:
+            serving = step["canaryPairs"] + step["stablePairs"]
+            traffic = "by pair count" + (f" ({100 * step['canaryPairs'] / serving:.0f}%)" if serving else "")
+        load = step["canaryPairLoad"]
+        per_pair = "" if load is None else f", each canary pair x{load:.2f} of a stable pair's keys"
         print(
             f"  {step['step']:<6} {json.dumps(step['action']):<40} canary {step['canaryPairs']} / stable "
-            f"{step['stablePairs']} pairs, canary traffic {traffic}"
+            f"{step['stablePairs']} pairs, canary traffic {traffic}{per_pair}"
         )
+    for note in summary["rolloutNotes"]:
+        print(f"  note: {note}")
     print("conditions: " + ", ".join(f"{k}={v}" for k, v in summary["conditions"].items()))
     print("routing table (ConfigMap " + summary["pool"] + "-routing, key routing.json):")
     print(json.dumps(summary["routingTable"], indent=2))

@@ -2,7 +2,7 @@
 
 The pool takes `examples/speed-pool.yaml`'s `rollout.analysis` unchanged (compare gates, errors with a
 floor, local-kv-hits, the cold-cache warm-up, interval 30 s, initialDelay 60 s, successStreak 3,
-failureLimit 1, the TTFT gate's own 2) and its small first exposure (`setWeight: 5`); only the pool's size and
+failureLimit 1, the TTFT gate's own 2) and its small first exposure (`setCanaryPairs: 1`); only the pool's size and
 the steps after the first analysis are the test's. Engine metrics come from the test exporter, scripted per revision:
 
 - a good version behaves like stable and is promoted;
@@ -39,7 +39,7 @@ def pool_manifest(node_selector: dict[str, str], version: str = "v1") -> dict[st
     obj: dict[str, Any] = copy.deepcopy(yaml.safe_load((REPO / "examples" / "minimal-pool.yaml").read_text()))
     obj["metadata"]["name"] = "speed"
     first = EXAMPLE["spec"]["rollout"]["steps"][0]
-    assert first == {"setWeight": 5}, first  # the example's small first exposure
+    assert first == {"setCanaryPairs": 1}, first  # the example's small first exposure
     obj["spec"].update(
         {
             "stack": {"version": version, "image": IMAGE.format(tag=version)},

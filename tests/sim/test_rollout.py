@@ -453,7 +453,10 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
 def test_w5s_example_gate_set_is_the_examples_analysis() -> None:
     """W5's ``example`` set must be ``examples/speed-pool.yaml``'s analysis: the local-kv-hits gate had drifted to
     the old ``result >= baseline * 0.9`` after the example moved to the score test. Only the eval Job (no eval
-    image in the simulator) is left out; the steps are W5's own (a 2 % first exposure)."""
+    image in the simulator) is left out. The steps after the first analysis are W5's own; the first exposure is the
+    example's (one canary pair at a stable pair's share of keys: like with like on load)."""
     example = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["analysis"]
     simulated = load_params().policies.tandem_rollout["analysis"]
     assert simulated == {k: v for k, v in example.items() if k != "eval"}
+    example_steps = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["steps"]
+    assert load_params().policies.tandem_rollout["steps"][0] == example_steps[0] == {"setCanaryPairs": 1}

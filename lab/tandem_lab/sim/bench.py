@@ -86,7 +86,8 @@ PROFILES: dict[str, dict[str, dict[str, float]]] = {
     },
     # canary: the CI profile, but W5 at the full request rate (compressed 5 ×: the same 72 simulated minutes,
     # 0.83–0.92 M speed-pool requests): the rate at which issue 17's exposure limit (0.1 % of all requests)
-    # leaves a 2 % canary the ≈ 830 requests its tests need; at the CI profile's 10 % rate no test can.
+    # leaves a canary on one of ~75 pairs the ≈ 830 requests its tests need; at the CI profile's 10 % rate no
+    # test can.
     "canary": {
         "W1": {"scale": 0.05},
         "W2": {"scale": 0.05, "compress": 5.0},
@@ -312,7 +313,7 @@ def _describe(sc: str) -> str:
         "W1": "Mooncake conversation trace x k, prefix-root multiplication",
         "W2": "agentic week from the generator, speed pool",
         "W3": "W2 Monday-Tuesday with Gamma arrivals (CV 2) and a 2x step at Tuesday's peak",
-        "W5": "bad canary on a 2 % first step, Tuesday peak window",
+        "W5": "bad canary on a one-pair first step, Tuesday peak window",
     }[sc]
 
 

@@ -184,6 +184,44 @@ def canary_target(steps: list[RolloutStep], index: int, replicas: int) -> tuple[
     return 0, 0
 
 
+LIKE_LOAD_RATIO: Final = 0.9
+"""A canary pair carrying less than this share of a stable pair's keys (or more than its inverse) is analysed at
+another load: a decode instance with fewer streams runs faster (W5, 75 pairs, ``setWeight: 2`` on 2 canary pairs:
+×0.76 of a stable pair's keys, a good canary's TPOT read ×0.80–0.85 of stable's, and TPOT × 1.3 read about ×1.1)."""
+
+
+def stable_beside(canary: int, replicas: int, max_surge: int) -> int:
+    """Stable pairs serving beside ``canary`` canary pairs when GPUs are free: all ``replicas`` while the canary
+    fits in ``maxSurge`` (surge), else ``replicas`` minus the canary's (capacity-first); 0 once the canary has them
+    all. A pool without free GPUs runs capacity-first at any size, which a preview cannot see."""
+    if canary >= replicas:
+        return 0
+    return replicas if canary <= max_surge else replicas - canary
+
+
+def canary_pair_load(steps: list[RolloutStep], index: int, replicas: int, max_surge: int) -> float | None:
+    """A canary pair's share of keys over a stable pair's at step ``index`` (1.0 = like with like on load), or None
+    when one side has no pairs (before the first set step, or at 100 %).
+
+    Latency gates compare means, and a pair's TPOT and queueing grow with its streams: a canary pair with fewer keys
+    than a stable pair reads faster than the same code would under stable's load. ``setCanaryPairs`` gives each canary
+    pair a stable pair's share (traffic by pair count: 1.0); ``setWeight: w`` gives its ⌈replicas·w/100⌉ pairs w %
+    together, capped by their share of serving pairs as the routing table caps it; stable's pairs are
+    :func:`stable_beside`'s. Example: replicas 8, maxSurge 2,
+    ``setWeight: 5`` → 1 canary pair with 5 % of keys beside 8 stable pairs with 11.9 % each: ×0.42;
+    ``setWeight: 50`` → 4 canary pairs, capacity-first against 4 stable: ×1.0; ``setCanaryPairs: 1``: ×1.0."""
+    canary, weight = canary_target(steps, index, replicas)
+    stable = stable_beside(canary, replicas, max_surge)
+    if canary <= 0 or stable <= 0:
+        return None
+    if weight is None:
+        return 1.0
+    share = min(float(weight), 100.0 * canary / (canary + stable))
+    if share >= 100.0:
+        return None
+    return (share / canary) / ((100.0 - share) / stable)
+
+
 def _step_label(index: int, count: int) -> str:
     return f"{index + 1}/{count}"
 
