@@ -79,6 +79,30 @@ def test_the_examples_analysis_steps_compare_like_with_like(replicas: int) -> No
     assert summary["rolloutNotes"] == []
 
 
+def _pools() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "InferencePool":
+                found.append((path.name, doc))
+    return found
+
+
+@pytest.mark.parametrize(("name", "doc"), _pools(), ids=[n for n, _ in _pools()])
+def test_no_example_analyses_a_canary_at_another_load(name: str, doc: dict[str, Any]) -> None:
+    """Every example pool's analysis steps compare its canary pairs at a stable pair's load, at its replicas and at
+    both ends of its autoscaling range."""
+    spec = doc["spec"]
+    auto = spec.get("autoscaling", {})
+    sizes = {spec.get("pairs", {}).get("replicas", 1)}
+    if auto.get("enabled"):
+        sizes |= {max(1, auto.get("minPairs", 1)), auto.get("maxPairs", 8)}
+    for replicas in sorted(sizes):
+        body = {**doc, "metadata": {**doc["metadata"], "namespace": "default"}}
+        body["spec"] = {**spec, "pairs": {**spec.get("pairs", {}), "replicas": replicas}}
+        assert _summary(InferencePool.model_validate(body))["rolloutNotes"] == [], (name, replicas)
+
+
 def test_plan_notes_an_analysis_step_at_another_load(capsys: pytest.CaptureFixture[str]) -> None:
     """`setWeight: 5` on 8 pairs: the analysis after it compares a canary pair with 5 % of keys against stable pairs
     with 11.9 % each (x0.42); the plan says so in its JSON and its text."""
