@@ -23,7 +23,7 @@ from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot
 from tandem.core.placement import DEVICE_IDS
 from tandem.core.plan import Plan, plan_pool
-from tandem.core.rollout import LIKE_LOAD_RATIO, canary_pair_load, canary_target, stable_beside
+from tandem.core.rollout import canary_pair_load, canary_target, like_load, stable_beside
 
 
 def register(subparsers: Any) -> None:
@@ -82,7 +82,7 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
                 "canaryPairLoad": load,
             }
         )
-        if step.analysis is not None and load is not None and not LIKE_LOAD_RATIO <= load <= 1 / LIKE_LOAD_RATIO:
+        if step.analysis is not None and load is not None and not like_load(load):
             notes.append(
                 f"step {label} analyses canary pairs that carry x{load:.2f} of a stable pair's keys at "
                 f"{replicas} replicas: its latency gates compare the canary at another load "

@@ -190,6 +190,12 @@ another load: a decode instance with fewer streams runs faster (W5, 75 pairs, ``
 ×0.76 of a stable pair's keys, a good canary's TPOT read ×0.80–0.85 of stable's, and TPOT × 1.3 read about ×1.1)."""
 
 
+def like_load(load: float) -> bool:
+    """Whether a canary pair at ``load`` (:func:`canary_pair_load`) is analysed at a stable pair's load, within
+    ``LIKE_LOAD_RATIO`` either way."""
+    return LIKE_LOAD_RATIO <= load <= 1 / LIKE_LOAD_RATIO
+
+
 def stable_beside(canary: int, replicas: int, max_surge: int) -> int:
     """Stable pairs serving beside ``canary`` canary pairs when GPUs are free: all ``replicas`` while the canary
     fits in ``maxSurge`` (surge), else ``replicas`` minus the canary's (capacity-first); 0 once the canary has them

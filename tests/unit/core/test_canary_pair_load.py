@@ -3,6 +3,7 @@ note on an analysis step that compares the canary at another load (docs/design/0
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import yaml
 
 from tandem.api.resources import InferencePool
 from tandem.core.rollout import canary_pair_load, stable_beside
-from tandem.planview import preview, synthetic_nodes
+from tandem.planview import preview, print_text, synthetic_nodes
 from tests.support.factories import make_pool
 from tests.support.tandem_cluster import REPO
 
@@ -112,12 +113,7 @@ def test_plan_notes_an_analysis_step_at_another_load(capsys: pytest.CaptureFixtu
     assert [s["stablePairs"] for s in summary["rolloutSteps"]] == [8, 8, 0]
     (note,) = summary["rolloutNotes"]
     assert note.startswith("step 2/3 analyses canary pairs that carry x0.42 of a stable pair's keys"), note
-    from tandem.planview import print_text  # noqa: PLC0415
-
-    class Args:
-        product, gpus_per_node = "MI325X", 8
-
-    print_text(summary, 10, Args())
+    print_text(summary, 10, argparse.Namespace(product="MI325X", gpus_per_node=8))
     out = capsys.readouterr().out
     assert "each canary pair x0.42 of a stable pair's keys" in out
     assert "note: step 2/3 analyses canary pairs that carry x0.42" in out
