@@ -196,13 +196,20 @@ def like_load(load: float) -> bool:
     return LIKE_LOAD_RATIO <= load <= 1 / LIKE_LOAD_RATIO
 
 
-def stable_beside(canary: int, replicas: int, max_surge: int) -> int:
-    """Stable pairs serving beside ``canary`` canary pairs when GPUs are free: all ``replicas`` while the canary
-    fits in ``maxSurge`` (surge), else ``replicas`` minus the canary's (capacity-first); 0 once the canary has them
-    all. A pool without free GPUs runs capacity-first at any size, which a preview cannot see."""
+def fits_surge(canary: int, replicas: int, room: int | None) -> bool:
+    """Whether ``canary`` pairs run beside every stable pair: the canary fits the surge ``room`` and leaves stable at
+    least one pair. ``room`` None = not computed (a caller that does not place pairs): capacity-first. The planner
+    passes the measured :func:`surge_room`; ``tandem plan``, which cannot see free GPUs, passes ``maxSurge``."""
+    return room is not None and 0 < canary <= room and canary < replicas
+
+
+def stable_beside(canary: int, replicas: int, room: int | None) -> int:
+    """Stable pairs serving beside ``canary`` canary pairs: all ``replicas`` with surge (:func:`fits_surge`), else
+    ``replicas`` minus the canary's (capacity-first); 0 once the canary has them all. The one rule for both the
+    planner's targets and ``tandem plan``'s preview."""
     if canary >= replicas:
         return 0
-    return replicas if canary <= max_surge else replicas - canary
+    return replicas if fits_surge(canary, replicas, room) else replicas - canary
 
 
 def canary_pair_load(steps: list[RolloutStep], index: int, replicas: int, max_surge: int) -> float | None:
@@ -594,13 +601,12 @@ def published_weight(
 
 def surges(inp: RolloutInputs, want: int) -> bool:
     """Whether ``want`` canary pairs run beside every stable pair (module docstring)."""
-    return inp.surge_room is not None and 0 < want <= inp.surge_room and want < inp.spec.pairs.replicas
+    return fits_surge(want, inp.spec.pairs.replicas, inp.surge_room)
 
 
 def stable_target(inp: RolloutInputs, want: int) -> int:
     """Stable pairs while the canary has ``want``: all of them with surge, the rest capacity-first."""
-    replicas = inp.spec.pairs.replicas
-    return replicas if surges(inp, want) else replicas - want
+    return stable_beside(want, inp.spec.pairs.replicas, inp.surge_room)
 
 
 def progress_reason(inp: RolloutInputs, want: int) -> str:

@@ -23,9 +23,12 @@ from tests.support.tandem_cluster import REPO
         pytest.param(4, 8, 2, 4, id="more than maxSurge: capacity-first"),
         pytest.param(8, 8, 2, 0, id="promoted"),
         pytest.param(0, 8, 0, 8, id="no canary"),
+        pytest.param(1, 8, None, 7, id="surge room not computed: capacity-first"),
+        pytest.param(1, 1, 2, 0, id="the canary takes the only pair"),
     ],
 )
-def test_stable_beside(canary: int, replicas: int, max_surge: int, want: int) -> None:
+def test_stable_beside(canary: int, replicas: int, max_surge: int | None, want: int) -> None:
+    """One rule for the planner (room = the measured surge room) and the preview (room = maxSurge)."""
     assert stable_beside(canary, replicas, max_surge) == want
 
 
