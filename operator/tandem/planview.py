@@ -23,7 +23,7 @@ from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot
 from tandem.core.placement import DEVICE_IDS
 from tandem.core.plan import Plan, plan_pool
-from tandem.core.rollout import canary_pair_load, canary_target, like_load, stable_beside
+from tandem.core.rollout import canary_pair_load, canary_target, like_load, mirrors, stable_beside
 
 
 def register(subparsers: Any) -> None:
@@ -79,6 +79,7 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
                 "canaryPairs": canary,
                 "stablePairs": stable_beside(canary, replicas, spec.rollout.max_surge),
                 "canaryTrafficPercent": weight,
+                "canaryMirrored": mirrors(all_steps, index),
                 "canaryPairLoad": load,
             }
         )
@@ -175,6 +176,8 @@ def print_text(summary: dict[str, Any], nodes: int, args: argparse.Namespace) ->
         if weight is None:
             serving = step["canaryPairs"] + step["stablePairs"]
             traffic = "by pair count" + (f" ({100 * step['canaryPairs'] / serving:.0f}%)" if serving else "")
+        if step.get("canaryMirrored"):
+            traffic = "0% (mirrored: copies of its pair-count keys, answers dropped)"
         load = step["canaryPairLoad"]
         per_pair = "" if load is None else f", each canary pair x{load:.2f} of a stable pair's keys"
         print(

@@ -51,12 +51,16 @@ from tandem.core.converge import Bounds, Moves, highest_first, next_moves
 from tandem.core.rollout import RevisionCounts
 from tandem.routing import (
     Admission,
+    CandidateSet,
     Outcome,
     Pair,
     PairLoad,
     PairState,
     WalkBound,
     compute_pair_weights,
+    full_reason,
+    mirror_candidates,
+    mirror_target,
     select,
 )
 from tandem_lab.sim.cache import NicModel, PrefixCache, hit_tokens
@@ -126,6 +130,7 @@ class Req:
         "inp",
         "local_run",
         "local_tokens",
+        "mirror",
         "out",
         "pinst",
         "prefilled",
@@ -163,6 +168,9 @@ class Req:
         self.prefilled = False
         self.queued = False
         self.service = 0.0
+        self.mirror = False
+        """A copy for a mirrored canary pair (``setMirrorPairs``): it loads the pair and feeds its engine metrics
+        (``rev_series``) but is no client request: no result, counter or ``outstanding`` of its own."""
 
 
 class Instance:
@@ -387,6 +395,14 @@ class Simulation:
         self.stable = self.revisions["r1"]
         self.canary: Revision | None = None
         self.canary_percent: int | None = None
+        self.canary_mirror = False
+        self._mirror_set: CandidateSet | None = None
+        self.copies = 0
+        """Mirror copies a canary pair took (``tandem_router_mirror_requests_total``)."""
+        self.copies_full = 0
+        """Mirror copies not sent: the canary pair was full (the router's ``skipped_full``)."""
+        self.first_copy_s: float | None = None
+        self._copy_err: npt.NDArray[np.float64] | None = None
         self.shape = options.default_shape
         self.decode_pool: list[Instance] = []
         self.desired = [0, 0]
@@ -561,13 +577,16 @@ class Simulation:
         if not moves.empty:
             self.scale_actions += 1
 
-    def set_canary(self, revision: str | None, percent: int | None) -> None:
+    def set_canary(self, revision: str | None, percent: int | None, mirror: bool = False) -> None:
         """Route ``percent`` % of keys to ``revision``'s serving pairs (``tandem.routing.compute_pair_weights``);
-        ``percent`` None = by pair count; ``revision`` None = no canary."""
+        ``percent`` None = by pair count; ``revision`` None = no canary; ``mirror`` (with ``percent`` 0) copies the
+        canary's pair-count keys to it as the router does (``tandem.routing.mirror_target``)."""
         canary = self.revisions[revision] if revision is not None else None
-        if canary is not self.canary or percent != self.canary_percent:
+        mirror = mirror and canary is not None and percent == 0
+        if canary is not self.canary or percent != self.canary_percent or mirror != self.canary_mirror:
             self.canary = canary
             self.canary_percent = percent
+            self.canary_mirror = mirror
             self._table_dirty = True
 
     # --- fleet -------------------------------------------------------------------------------
@@ -867,6 +886,7 @@ class Simulation:
         self._serving = [g for g in groups if g.pair_state == PairState.SERVING and weights[g.name] > 0]
         # select() considers only serving pairs with a positive weight; hand it just those (same result).
         self._candidates = tuple(p for p in self._pairs if p.state is PairState.SERVING and p.weight > 0)
+        self._mirror_set = mirror_candidates(self._pairs) if self.canary_mirror else None
         self._table_dirty = False
 
     def _flush_loads(self) -> None:
@@ -920,6 +940,8 @@ class Simulation:
         self.outstanding += 1
         self.c["requests"] += 1
         g = self._route(req)
+        if self._mirror_set is not None:
+            self._copy(i)
         if g is None:
             self._fail(req, STATUS_REJECTED)
             return
@@ -927,10 +949,41 @@ class Simulation:
         if inst is None:
             self._fail(req, STATUS_REJECTED)
             return
+        self._enter(req, g, inst)
+
+    def _copy(self, i: int) -> None:
+        """The router's mirror copy of request ``i`` (``tandem.router.proxy.Router._mirror``): to the canary pair
+        that owns its key by pair count, unless that pair is full by the admission limits; never walked."""
+        assert self._mirror_set is not None and self.canary is not None
+        target = mirror_target(self._mirror_set, self.canary.name, self.keys[i])
+        if target is None:
+            return
+        g = self.groups[target.id]
+        if self._dirty_loads:
+            self._flush_loads()
+        load = self._loads.get(g.name)
+        inst = g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, self.keys[i])
+        if inst is None or (load is not None and full_reason(load, self.bound.admission) is not None):
+            self.copies_full += 1
+            return
+        wl = self.wl
+        req = Req(i, self.now, int(wl.input_tokens[i]), int(wl.output_tokens[i]), wl.hash_ids(i))
+        req.mirror = True
+        self.copies += 1
+        if self.first_copy_s is None:
+            self.first_copy_s = self.now
+        self._enter(req, g, inst)
+
+    def _enter(self, req: Req, g: Group, inst: Instance) -> None:
+        """Queue ``req`` on prefill instance ``inst`` of group ``g``: its cache hits, shared-tier fetch and
+        service time."""
+        i = req.i
+        copy = req.mirror
         req.group = g
         req.pinst = inst
-        self.res_rev[i] = self.revision_index[g.revision.name]
-        self.res_unit[i] = g.index
+        if not copy:
+            self.res_rev[i] = self.revision_index[g.revision.name]
+            self.res_unit[i] = g.index
         g.assigned += 1
         g.queued += 1
         req.queued = True
@@ -955,16 +1008,18 @@ class Simulation:
         req.shared_run = srun
         req.local_tokens = local
         req.shared_tokens = shared
-        c = self.c
-        c["local_queries"] += req.inp
-        c["local_hits"] += local
-        c["external_queries"] += req.inp - local
-        c["external_hits"] += shared
+        if not copy:
+            c = self.c
+            c["local_queries"] += req.inp
+            c["local_hits"] += local
+            c["external_queries"] += req.inp - local
+            c["external_hits"] += shared
         self.rev_series[inst.revision.name].add_prefix(g.name, req.inp, local, shared)
         cached = req.local_tokens + req.shared_tokens
         uncached = max(1, req.inp - cached)
         service = self.cap.prefill_time(uncached, req.inp - uncached) * inst.revision.prefill_mult
-        self.res_prefill[i] = service
+        if not copy:
+            self.res_prefill[i] = service
         # The walk's fast rejects and the shared-tier fetch delay this request's prefill: counted in its
         # service (a small overestimate of the instance's occupancy, ≪ prefill times).
         req.service = service + (req.t_ready - self.now)
@@ -1058,8 +1113,9 @@ class Simulation:
             self.shared.insert(blocks, req.local_run, req.shared_run)
         req.blocks = None
         req.prefilled = True
-        self.c["prefill_busy_s"] += req.service
-        self.c["prompt_tokens"] += req.inp
+        if not req.mirror:
+            self.c["prefill_busy_s"] += req.service
+            self.c["prompt_tokens"] += req.inp
         g = req.group
         if self.opt.topology == "pools" and g is not None:
             g.assigned -= 1
@@ -1184,11 +1240,15 @@ class Simulation:
         if d.state == DRAINING:
             self._check_drained(d)
 
-    def _complete(self, req: Req, d: Instance) -> None:
-        i = req.i
-        now = self.now
-        self.outstanding -= 1
-        self.finished += 1
+    def _copy_error_draws(self) -> npt.NDArray[np.float64]:
+        """Engine-error draws of mirror copies: independent of the originals' (``err``), reproducible per run."""
+        if self._copy_err is None:
+            seed = int(np.frombuffer(self.err[:4].tobytes(), dtype=np.uint64)[0]) if len(self.err) >= 4 else 0
+            self._copy_err = np.random.default_rng(seed).random(len(self.err))
+        return self._copy_err
+
+    def _release(self, req: Req) -> None:
+        """A finished request leaves its pair group (the router's and the drain's view of its load)."""
         g = req.group
         if g is not None and self.opt.topology == "pairs":
             g.assigned -= 1
@@ -1197,12 +1257,29 @@ class Simulation:
             if g.draining:
                 for p in g.prefill:
                     self._check_drained(p)
+
+    def _complete(self, req: Req, d: Instance) -> None:
+        i = req.i
+        now = self.now
+        g = req.group
         ttft = req.t_first - req.t_arr
         tpot = (now - req.t_first) / (req.out - 1) if req.out > 1 else math.nan
-        c = self.c
-        c["generation_tokens"] += req.out
         rev = d.revision
         series = self.rev_series[rev.name]
+        if req.mirror:  # the engine counts a copy like any request; nobody receives it
+            self._release(req)
+            series.requests += 1
+            series.finished += 1
+            if self._copy_error_draws()[i] < rev.error_prob:
+                series.errors += 1
+                series.engine_errors += 1
+            series.add_latency(g.name if g is not None else d.name, ttft, tpot if req.out > 1 else None)
+            return
+        self.outstanding -= 1
+        self.finished += 1
+        self._release(req)
+        c = self.c
+        c["generation_tokens"] += req.out
         series.requests += 1
         series.finished += 1
         if self.err[i] < rev.error_prob:
@@ -1240,15 +1317,16 @@ class Simulation:
 
     def _fail(self, req: Req, status: int) -> None:
         i = req.i
-        self.outstanding -= 1
-        self.finished += 1
-        self.res_status[i] = status
-        self.res_done[i] = self.now
-        self.res_walk[i] = req.walk
-        self.res_local[i] = req.local_tokens
-        self.res_shared[i] = req.shared_tokens
-        self.c["errors"] += 1
-        self.c["slo_outcomes"] += 1  # rejected, failed or timed out: a miss of both SLOs
+        if not req.mirror:
+            self.outstanding -= 1
+            self.finished += 1
+            self.res_status[i] = status
+            self.res_done[i] = self.now
+            self.res_walk[i] = req.walk
+            self.res_local[i] = req.local_tokens
+            self.res_shared[i] = req.shared_tokens
+            self.c["errors"] += 1
+            self.c["slo_outcomes"] += 1  # rejected, failed or timed out: a miss of both SLOs
         g = req.group
         rev = g.revision.name if g is not None else self.stable.name
         series = self.rev_series[rev]

@@ -334,6 +334,10 @@ class Timeline:
     weight_zero_s: float | None = None
     """The routing table stopped sending keys to the canary."""
     promoted_s: float | None = None
+    first_copy_s: float | None = None
+    """First mirror copy the canary took (a ``setMirrorPairs`` step): its evidence starts there."""
+    copies: int = 0
+    """Mirror copies the canary took (requests it processed and nobody received)."""
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
 
@@ -526,7 +530,9 @@ class TandemRollout:
         )
         self.stable = decision.stable
         canary, percent = _canary_percent(sim, decision.canary, decision.canary_weight_percent, self.stable)
-        sim.set_canary(canary, percent)
+        sim.set_canary(canary, percent, mirror=decision.canary_mirror)
+        tl.first_copy_s = sim.first_copy_s
+        tl.copies = sim.copies
         serving_c = sim.serving_by_revision().get(CANARY, 0)
         if tl.canary_ready_s is None and serving_c and canary == CANARY and (percent is None or percent > 0):
             tl.canary_ready_s = now
@@ -696,8 +702,10 @@ def w5_metrics(prep: Prepared, res: SimResult, tl: Timeline, cfg: ScenarioConfig
     def since(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else b - a
 
-    detection = since(first_traffic, tl.decision_s)
-    rollback = since(first_traffic, tl.weight_zero_s)
+    # Evidence starts with the canary's first request or mirror copy, whichever came first.
+    evidence = min((t for t in (first_traffic, tl.first_copy_s) if t is not None), default=None)
+    detection = since(evidence, tl.decision_s)
+    rollback = since(evidence, tl.weight_zero_s)
     dec = tl.decision_s
 
     def rps(a: float | None, b: float | None) -> float | None:
@@ -720,10 +728,12 @@ def w5_metrics(prep: Prepared, res: SimResult, tl: Timeline, cfg: ScenarioConfig
         "promoted_s": tl.promoted_s,
         "detection_s": detection,
         "rollback_s": rollback,
-        "observe_s": since(first_traffic, tl.first_breach_s),
+        "observe_s": since(evidence, tl.first_breach_s),
         "decide_s": since(tl.first_breach_s, tl.decision_s),
         "act_s": since(tl.decision_s, tl.weight_zero_s),
         "requests_on_canary": n_canary,
+        "copies_on_canary": tl.copies,
+        "canary_first_copy_s": tl.first_copy_s,
         "canary_share_of_all_requests": n_canary / len(wl) if len(wl) else math.nan,
         "canary_request_rate": rate,
         "statistical_floor_requests": floor_n,

@@ -46,6 +46,7 @@ ROW_KEYS: Final = (
     "act_s",
     "rollback_s",
     "requests_on_canary",
+    "copies_on_canary",
     "canary_share_of_all_requests",
     "statistical_floor_s",
     "evaluations",

@@ -980,9 +980,10 @@ class RolloutStep(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel(
             Rule(
-                "[has(self.setWeight), has(self.setCanaryPairs), has(self.pause), has(self.analysis)]"
-                ".filter(x, x).size() == 1",
-                "each rollout step must have exactly one action: setWeight, setCanaryPairs, pause or analysis",
+                "[has(self.setWeight), has(self.setCanaryPairs), has(self.setMirrorPairs), has(self.pause),"
+                " has(self.analysis)].filter(x, x).size() == 1",
+                "each rollout step must have exactly one action: setWeight, setCanaryPairs, setMirrorPairs, pause"
+                " or analysis",
             )
         )
     }
@@ -992,6 +993,13 @@ class RolloutStep(ApiModel):
     capacity the new percent is published once all the step's pairs are Ready (before, the previous step's)."""
     set_canary_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] | None = None
     """Run this many canary pairs; traffic follows their share of serving pairs."""
+    set_mirror_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] | None = None
+    """Run this many canary pairs that answer no user: the router sends each a copy of the requests whose keys it
+    would own by pair count (a stable pair's share) and discards the copy's answer, so the gates measure the new
+    revision on real traffic while no user is served by it. Mirror steps come before every setWeight and
+    setCanaryPairs step. A copy is sent only when the canary pair has room (it never delays or fails the user's
+    request) and costs that pair's GPUs; mirror only requests that may be processed twice (completions without side
+    effects)."""
     pause: PauseStep | None = None
     """Hold, for a duration or until resumed."""
     analysis: AnalysisStep | None = None
@@ -1000,6 +1008,8 @@ class RolloutStep(ApiModel):
 
 _WEIGHTS = "self.filter(s, has(s.setWeight)).map(s, s.setWeight)"
 _CANARY = "self.filter(s, has(s.setCanaryPairs)).map(s, s.setCanaryPairs)"
+_MIRROR = "self.filter(s, has(s.setMirrorPairs)).map(s, s.setMirrorPairs)"
+_SETS = "self.filter(s, has(s.setMirrorPairs) || has(s.setWeight) || has(s.setCanaryPairs))"
 
 
 class RolloutSpec(ApiModel):
@@ -1040,6 +1050,15 @@ class RolloutSpec(ApiModel):
                     f"{_CANARY}.isSorted() && {_CANARY}.all(w, {_CANARY}.filter(x, x == w).size() == 1)",
                     "rollout.steps: setCanaryPairs values must strictly increase",
                 ),
+                Rule(
+                    f"{_MIRROR}.isSorted() && {_MIRROR}.all(w, {_MIRROR}.filter(x, x == w).size() == 1)",
+                    "rollout.steps: setMirrorPairs values must strictly increase",
+                ),
+                Rule(
+                    f"{_SETS}.map(s, has(s.setMirrorPairs) ? 0 : 1).isSorted()",
+                    "rollout.steps: every setMirrorPairs step must come before the first setWeight or setCanaryPairs"
+                    " step (a mirror answers no user, so it cannot follow a step whose canary already serves)",
+                ),
             ),
         ),
     ] = [RolloutStep(set_weight=100)]
@@ -1049,9 +1068,9 @@ class RolloutSpec(ApiModel):
     max_unavailable: Annotated[int, Field(ge=0, le=MAX_PAIRS)] = 0
     """Pairs that may be below pairs.replicas during a rollout."""
     progress_deadline: Duration = "30m"
-    """A setWeight/setCanaryPairs step whose canary gains no Ready pair for this long (e.g. canary pods never get
-    Ready) triggers the failure action. Size it to at least a model load; a large step moves maxSurge pairs at a
-    time."""
+    """A setWeight, setCanaryPairs or setMirrorPairs step whose canary gains no Ready pair for this long (e.g.
+    canary pods never get Ready) triggers the failure action. Size it to at least a model load; a large step moves
+    maxSurge pairs at a time."""
     failure_action: Literal["Rollback", "Pause"] = "Rollback"
     """What a failed gate or a missed deadline does."""
     paused: bool = False

@@ -63,6 +63,8 @@ class RevisionStatus(ApiModel):
     """Ready pair groups of this revision."""
     weight_percent: Annotated[int, Field(ge=0, le=100)] = 0
     """Share of the pool's traffic the routing table gives this revision."""
+    mirrored: bool = False
+    """This revision's pairs get copies of requests and answer no user (a `setMirrorPairs` step)."""
     measured_load_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = None
     """Measured model load time of this revision: seconds from a pair's instances being bound to their node to
     the last of them Ready (image pull, model load, warm-up), the median over the revision's pairs; first loads

@@ -95,7 +95,7 @@ def step_range(*, now: datetime, step_started_at: datetime, rate_window_s: float
     window that dropped it would drop requests the canary served to users — at W5's first step about 110
     requests (1.85 canary requests/s for 60 s) of the 834 that are 0.1 % of its window, spent before the
     errors test saw one. (An analysis step
-    starts in the pass that publishes its weight, ``core.rollout.published_weight``, so the step's requests
+    starts in the pass that publishes its weight, ``core.rollout.published_index``, so the step's requests
     are the canary's requests at that weight.)
     """
     since = (now - step_started_at).total_seconds()

@@ -1105,6 +1105,7 @@ def build_table(
             stable=decision.stable,
             canary=canary,
             canary_weight_percent=percent if canary is not None else None,
+            canary_mirror=decision.canary_mirror and canary is not None and percent == 0,
         ),
         pairs=tuple(pairs),
         served_model_name=spec.model.served_name,
@@ -1192,6 +1193,7 @@ def summarize(
             pairs=len(members),
             ready_pairs=len(serving),
             weight_percent=max(0, min(100, weight)),
+            mirrored=rev == decision.canary and table.revisions.canary_mirror,
             measured_load_seconds=measured,
         )
 

@@ -19,8 +19,10 @@ Progressing condition says so (`CanaryCapacityFirst`, with the reason in the sta
 
 Step semantics (Argo vocabulary):
 - `setWeight: w` → the canary gets ⌈replicas·w/100⌉ pairs and w % of traffic (capped by its Ready
-  share); `setCanaryPairs: n` → n pairs, traffic by pair count. Under surge the previous step's weight
-  (0 before the first) stays published until all the step's pairs are Ready (`published_weight`), so
+  share); `setCanaryPairs: n` → n pairs, traffic by pair count; `setMirrorPairs: n` → n pairs at 0 %
+  that get a copy of the keys they would own by pair count (`canary_mirror`; the router discards the
+  copies' answers, so gates measure the canary while no user is exposed). Under surge the previous step's weight
+  (0 before the first) stays published until all the step's pairs are Ready (`published_index`), so
   the canary serves no traffic that its analysis step has not started to watch. Both persist through later pause and
   analysis steps. A set step completes when the canary has that many Ready pairs and the stable
   revision has drained down to the rest; it must do so within `progressDeadline`.
@@ -160,6 +162,8 @@ class RolloutDecision:
     targets: dict[str, int]
     canary_weight_percent: int | None
     events: tuple[Event, ...] = ()
+    canary_mirror: bool = False
+    """The routing table mirrors requests to the canary (a ``setMirrorPairs`` step; its weight is then 0)."""
     persist_first: bool = False
     requeue_after: float | None = None
     progressing_reason: str = c.REASON_STEADY
@@ -181,7 +185,23 @@ def canary_target(steps: list[RolloutStep], index: int, replicas: int) -> tuple[
             return min(replicas, math.ceil(replicas * step.set_weight / 100)), step.set_weight
         if step.set_canary_pairs is not None:
             return min(replicas, step.set_canary_pairs), None
+        if step.set_mirror_pairs is not None:
+            return min(replicas, step.set_mirror_pairs), 0
     return 0, 0
+
+
+def is_set_step(step: RolloutStep) -> bool:
+    """Whether ``step`` sets the canary's pairs (setWeight, setCanaryPairs or setMirrorPairs)."""
+    return step.set_weight is not None or step.set_canary_pairs is not None or step.set_mirror_pairs is not None
+
+
+def mirrors(steps: list[RolloutStep], index: int) -> bool:
+    """Whether the set step in force at ``index`` is a ``setMirrorPairs`` one: the canary's pairs get copies of
+    their pair-count keys and serve none."""
+    for step in reversed(steps[: index + 1]):
+        if is_set_step(step):
+            return step.set_mirror_pairs is not None
+    return False
 
 
 LIKE_LOAD_RATIO: Final = 0.9
@@ -220,14 +240,15 @@ def canary_pair_load(steps: list[RolloutStep], index: int, replicas: int, max_su
     than a stable pair reads faster than the same code would under stable's load. ``setCanaryPairs`` gives each canary
     pair a stable pair's share (traffic by pair count: 1.0); ``setWeight: w`` gives its ⌈replicas·w/100⌉ pairs w %
     together, capped by their share of serving pairs as the routing table caps it; stable's pairs are
-    :func:`stable_beside`'s. Example: replicas 8, maxSurge 2,
+    :func:`stable_beside`'s; a ``setMirrorPairs`` pair gets a copy of a stable pair's share (1.0). Example:
+    replicas 8, maxSurge 2,
     ``setWeight: 5`` → 1 canary pair with 5 % of keys beside 8 stable pairs with 11.9 % each: ×0.42;
     ``setWeight: 50`` → 4 canary pairs, capacity-first against 4 stable: ×1.0; ``setCanaryPairs: 1``: ×1.0."""
     canary, weight = canary_target(steps, index, replicas)
     stable = stable_beside(canary, replicas, max_surge)
     if canary <= 0 or stable <= 0:
         return None
-    if weight is None:
+    if weight is None or mirrors(steps, index):
         return 1.0
     share = min(float(weight), 100.0 * canary / (canary + stable))
     if share >= 100.0:
@@ -244,6 +265,8 @@ def _kind(step: RolloutStep) -> str:
         return f"setWeight {step.set_weight}"
     if step.set_canary_pairs is not None:
         return f"setCanaryPairs {step.set_canary_pairs}"
+    if step.set_mirror_pairs is not None:
+        return f"setMirrorPairs {step.set_mirror_pairs}"
     if step.pause is not None:
         return f"pause {step.pause.duration or 'until promoted'}"
     return "analysis"
@@ -445,7 +468,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     requeue: float | None = None
     analysis_progress = status.analysis
     gates = list(status.gates)
-    if step.set_weight is not None or step.set_canary_pairs is not None:
+    if is_set_step(step):
         cc, sc = counts(desired), counts(stable)
         done = cc.ready >= want_canary and sc.live <= stable_target(inp, want_canary)
         if cc.ready > inp.previous_canary_ready or status.progress_at is None:
@@ -564,23 +587,24 @@ def _progressing(
     targets = {stable: stable_target(inp, want), desired: want}
     if extra_zero and extra_zero not in targets:
         targets[extra_zero] = 0
+    at = published_index(inp, steps, index, desired, want)
     return RolloutDecision(
         status=status,
         stable=stable,
         canary=desired,
         targets=targets,
-        canary_weight_percent=published_weight(inp, steps, index, desired, want, weight),
+        canary_weight_percent=weight if at == index else (canary_target(steps, at, replicas)[1] if at >= 0 else 0),
+        canary_mirror=at >= 0 and mirrors(steps, at),
         events=tuple(events),
         progressing_reason=progress_reason(inp, want),
         message=status.message,
     )
 
 
-def published_weight(
-    inp: RolloutInputs, steps: list[RolloutStep], index: int, desired: str, want: int, weight: int | None
-) -> int | None:
-    """The canary weight the routing table gets at step ``index``: the step's own, except while a surge set
-    step is still bringing its pairs up, when the previous step's weight stays in force (0 before the first).
+def published_index(inp: RolloutInputs, steps: list[RolloutStep], index: int, desired: str, want: int) -> int:
+    """The step whose canary share the routing table gets at step ``index``: ``index`` itself, except while a
+    surge set step is still bringing its pairs up, when the previous step's weight (and mirror) stays in force;
+    -1 before the first step (0 %, no mirror).
 
     Why: analysis (and its ``initialDelay``) starts only when the set step completes, that is when *all* its
     canary pairs are Ready. Publishing the new weight earlier let the first Ready pair serve its share for
@@ -592,11 +616,11 @@ def published_weight(
     both Ready the step completes, the analysis step starts and the table gets 2 % in the same pass.
     """
     step = steps[index] if steps else None
-    if step is None or (step.set_weight is None and step.set_canary_pairs is None) or not surges(inp, want):
-        return weight
+    if step is None or not is_set_step(step) or not surges(inp, want):
+        return index
     if inp.counts.get(desired, RevisionCounts()).ready >= want:
-        return weight
-    return canary_target(steps, index - 1, inp.spec.pairs.replicas)[1] if index > 0 else 0
+        return index
+    return index - 1
 
 
 def surges(inp: RolloutInputs, want: int) -> bool:

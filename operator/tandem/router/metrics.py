@@ -34,6 +34,10 @@ OUTCOME_STREAM_BROKEN = "stream_broken"
 OUTCOME_CLIENT_GONE = "client_gone"
 OUTCOME_NO_POOL = "no_pool"
 OUTCOME_BAD_REQUEST = "bad_request"
+MIRROR_FULL = "skipped_full"
+"""A mirror copy not sent: the canary pair was full by the table's admission limits (copies never queue)."""
+MIRROR_NOT_TAKEN = "not_taken"
+"""A mirror copy the canary pair's prefill refused (429/503), could not be reached for, or timed out on."""
 
 # Reject reasons: the algorithm's SkipReason values plus the prefill-leg failures that make the router walk.
 REASON_PREFILL_429 = "Prefill429"
@@ -159,6 +163,13 @@ class RouterMetrics:
             "Requests by SLO (ttft, tpot) and result (met, missed, rejected, timeout, error): each judged against "
             "its own budget by prompt size (tandem.core.capacity.judge_request).",
             ["pool", "revision", "slo", "result"],
+            registry=r,
+        )
+        self.mirrors = Counter(
+            "tandem_router_mirror_requests",
+            "Copies of client requests sent to a mirrored canary pair (setMirrorPairs), by outcome (ok, prefill_error, "
+            "decode_error, skipped_full, not_taken). Their answers are discarded; they are not in requests_total.",
+            ["pool", "pair", "revision", "outcome"],
             registry=r,
         )
         self.in_flight = Gauge("tandem_router_in_flight", "Requests in flight per pair.", ["pool", "pair"], registry=r)

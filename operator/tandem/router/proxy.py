@@ -32,6 +32,13 @@ otherwise vLLM would hold the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT``
 ``recv_abort_timeout`` (120 s). Its bytes reach the client only after the prefill succeeded, so the walk rule
 above holds for every connector. NixlConnector and MoRIIOConnector in Read mode run the legs in sequence.
 
+A table with ``revisions.canaryMirror`` (a ``setMirrorPairs`` rollout step) also copies each unpinned request
+whose key :func:`tandem.routing.mirror_pair` gives to a canary pair: the copy (its own request id, ``stream``
+off) runs the same legs on that pair in a task of its own, its answer is read and dropped, and it is counted
+only in ``tandem_router_mirror_requests_total``. The user's request never waits for it or sees it: a copy is
+not sent when the canary pair is full by the table's admission limits, and a refused copy is not walked.
+The engines' own metrics count the copies, which is what the canary's gates read.
+
 Must not: re-implement any routing decision, or retry after a decode leg started.
 """
 
@@ -57,6 +64,8 @@ from tandem.router.admission import Loads
 from tandem.router.metrics import (
     LEG_DECODE,
     LEG_PREFILL,
+    MIRROR_FULL,
+    MIRROR_NOT_TAKEN,
     OUTCOME_BAD_REQUEST,
     OUTCOME_CLIENT_GONE,
     OUTCOME_DECODE_ERROR,
@@ -74,7 +83,7 @@ from tandem.router.metrics import (
     REJECT_NO_SERVING_PAIR,
     RouterMetrics,
 )
-from tandem.router.request import KIND_CHAT, KIND_COMPLETION, BadRequest, ClientRequest, parse_request
+from tandem.router.request import KIND_CHAT, KIND_COMPLETION, BadRequest, ClientRequest, mirror_request, parse_request
 from tandem.router.scrape import (
     DEFAULT_SCRAPE_INTERVAL_S,
     DEFAULT_SCRAPE_TIMEOUT_S,
@@ -92,6 +101,8 @@ from tandem.routing import (
     RoutingTable,
     SkipReason,
     classify,
+    full_reason,
+    mirror_pair,
     parse_revision_pin,
     routing_key,
     select_for_table,
@@ -162,6 +173,8 @@ class _Request:
         self.prefill_done: float | None = None
         self.timed_out = False
         """A prefill leg of this request's walk timed out (a walk that then ends rejected is a timeout)."""
+        self.mirror = False
+        """A copy for a mirrored canary pair: counted in the mirror metric only, its answer dropped."""
 
 
 class Router:
@@ -189,6 +202,8 @@ class Router:
         self._session: aiohttp.ClientSession | None = None
         self._bootstrap: dict[str, tuple[float, Any]] = {}
         self._dp_counter = itertools.count()
+        self._mirrors: set[asyncio.Task[None]] = set()
+        """Mirror copies in flight (a reference keeps each task alive until it ends)."""
 
     # --- application ---------------------------------------------------------------------------
 
@@ -206,6 +221,10 @@ class Router:
         self._session = aiohttp.ClientSession(connector=connector)
 
     async def _close(self, _: web.Application) -> None:
+        for task in list(self._mirrors):
+            task.cancel()
+        if self._mirrors:
+            await asyncio.gather(*self._mirrors, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -272,6 +291,8 @@ class Router:
         state = _Request(creq, request_id, started)
         if pin is not None:
             log.info("request %s pinned to revision %s of %s/%s", request_id, pin.revision, table.namespace, table.pool)
+        else:
+            self._mirror(request, table, key, state)
         return await self._walk(request, table, key, state, None if pin is None else pin.revision)
 
     def _read_pin(self, value: str) -> RevisionPin | web.Response:
@@ -349,6 +370,39 @@ class Router:
             self.metrics.walk.labels(pool).observe(decision.walk_length)
             log.debug("request %s served by %s (walk %d)", state.request_id, pair.id, decision.walk_length)
             return result
+
+    # --- mirror copies -------------------------------------------------------------------------------
+
+    def _mirror(self, request: web.Request, table: RoutingTable, key: int, state: _Request) -> None:
+        """Start the copy of this request for a mirrored canary pair, if its key is one and the pair has room."""
+        pair = mirror_pair(table, key)
+        if pair is None:
+            return
+        pool = f"{table.namespace}/{table.pool}"
+        copy = _Request(mirror_request(state.creq), f"{state.request_id}-mirror", time.perf_counter())
+        copy.mirror = True
+        copy.labels = (pool, pair.id, pair.revision)
+        load = self.loads.for_table(table, self.scraper.view(pool)).get(pair.id)
+        if load is not None and full_reason(load, table.admission) is not None:
+            self.metrics.mirrors.labels(*copy.labels, MIRROR_FULL).inc()
+            return
+        task = asyncio.ensure_future(self._run_mirror(request, table, pair, copy))
+        self._mirrors.add(task)
+        task.add_done_callback(self._mirrors.discard)
+
+    async def _run_mirror(self, request: web.Request, table: RoutingTable, pair: Pair, copy: _Request) -> None:
+        """Drive the copy's legs on ``pair`` and drop the answer; nothing of it reaches the client."""
+        try:
+            with self.loads.hold_pair(table, pair.id):
+                result = await self._serve_pair(request, pair, copy)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("mirror copy %s on %s failed", copy.request_id, pair.id)
+            self.metrics.mirrors.labels(*copy.labels, OUTCOME_PREFILL_ERROR).inc()
+            return
+        if isinstance(result, _Walk):
+            self.metrics.mirrors.labels(*copy.labels, MIRROR_NOT_TAKEN).inc()
 
     # --- steps 3 and 4: the legs of one pair ---------------------------------------------------------
 
@@ -563,7 +617,8 @@ class Router:
                 state, OUTCOME_PREFILL_ERROR, f"prefill leg failed: {_describe(exc)}", 502, errors.CODE_PREFILL_FAILED
             )
         state.prefill_done = time.perf_counter()
-        self.metrics.leg.labels(*state.labels, LEG_PREFILL).observe(state.prefill_done - t0)
+        if not state.mirror:
+            self.metrics.leg.labels(*state.labels, LEG_PREFILL).observe(state.prefill_done - t0)
         try:
             answer = json.loads(payload)
         except ValueError:
@@ -606,7 +661,7 @@ class Router:
                     errors.CODE_DECODE_FAILED,
                     upstream=payload,
                 )
-            if not state.creq.stream:
+            if not state.creq.stream:  # a mirror copy is never streamed: it ends here, its answer dropped
                 try:
                     payload = await upstream.read()
                 except (aiohttp.ClientError, TimeoutError) as exc:
@@ -689,16 +744,24 @@ class Router:
     def _headers(self, state: _Request) -> dict[str, str]:
         return {legs.HEADER_REQUEST_ID: state.request_id, HEADER_PAIR: state.labels[1]}
 
+    def _count(self, state: _Request, outcome: str) -> None:
+        """One request's outcome: a client request in ``requests_total``, a mirror copy in the mirror metric."""
+        (self.metrics.mirrors if state.mirror else self.metrics.requests).labels(*state.labels, outcome).inc()
+
     def _observe_done(self, state: _Request, decode_started: float, *, ttft: bool) -> None:
+        if state.mirror:
+            self._count(state, OUTCOME_OK)
+            return
         now = time.perf_counter()
         if ttft:
             self.metrics.ttft.labels(*state.labels).observe(now - state.started)
         self.metrics.e2e.labels(*state.labels).observe(now - state.started)
         self.metrics.leg.labels(*state.labels, LEG_DECODE).observe(now - decode_started)
-        self.metrics.requests.labels(*state.labels, OUTCOME_OK).inc()
+        self._count(state, OUTCOME_OK)
 
     def _record_slo(self, state: _Request, results: Mapping[str, str]) -> None:
-        self.metrics.record_slo(state.labels[0], state.labels[2], results)
+        if not state.mirror:  # a copy answers no user: no SLO outcome, or the autoscaler would count it twice
+            self.metrics.record_slo(state.labels[0], state.labels[2], results)
 
     def _judge_whole(self, state: _Request, payload: bytes) -> None:
         """SLO results of a whole (not streamed) answer. Its first token is not seen by the client before the
@@ -735,10 +798,15 @@ class Router:
         reason to tell an overloaded engine from a failed KV transfer), not to the client (it may name internal
         addresses)."""
         said = upstream_message(upstream)
-        log.warning(
-            "request %s on %s: %s%s", state.request_id, state.labels[1], message, f" (engine: {said})" if said else ""
+        log.log(
+            logging.INFO if state.mirror else logging.WARNING,
+            "request %s on %s: %s%s",
+            state.request_id,
+            state.labels[1],
+            message,
+            f" (engine: {said})" if said else "",
         )
-        self.metrics.requests.labels(*state.labels, outcome).inc()
+        self._count(state, outcome)
         self._record_slo(state, judge_request(state.prompt_tokens, failure=failure))
         return errors.error_response(message, status=status, code=code, headers=self._headers(state))
 
@@ -746,7 +814,7 @@ class Router:
         self, state: _Request, status: int, payload: bytes, outcome: str = OUTCOME_PREFILL_ERROR
     ) -> web.Response:
         """An engine's 4xx (the client's mistake, e.g. a prompt over max-model-len) goes to the client as is."""
-        self.metrics.requests.labels(*state.labels, outcome).inc()
+        self._count(state, outcome)
         try:
             json.loads(payload)
         except ValueError:

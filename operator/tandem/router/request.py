@@ -19,7 +19,7 @@ chat template's few tokens per message are omitted. Pool bounds should therefore
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from tandem.routing import RequestFeatures
@@ -126,3 +126,11 @@ def parse_request(kind: str, body: Any) -> ClientRequest:
         stream=bool(body.get("stream", False)),
         model=model,
     )
+
+
+def mirror_request(creq: ClientRequest) -> ClientRequest:
+    """The copy of ``creq`` a mirrored canary pair gets: the same body with ``stream`` off (and no
+    ``stream_options``), so its whole answer is read in one piece and dropped. The engine measures its TTFT,
+    TPOT and errors the same way streamed or not; only the router's relay differs."""
+    body = {k: v for k, v in creq.body.items() if k not in ("stream", "stream_options")}
+    return replace(creq, body=body, stream=False)

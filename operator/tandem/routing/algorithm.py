@@ -75,6 +75,15 @@ those pairs. ``L`` and ``W`` of the load bound are taken over the pinned pairs o
 pairs stay out; a revision without a serving pair gives ``Rejected`` with walk length 0 (the router's
 "no serving pair of that revision").
 
+Mirroring the canary
+--------------------
+A table with ``revisions.canaryMirror`` serves no key from the canary (its weight is 0) but copies requests
+to it: :func:`mirror_pair` gives, for a key, the canary pair that would own it if every serving pair of both
+revisions had the default weight, i.e. the keys the canary would get by pair count, and None for the rest.
+So a mirrored canary pair sees the same keys it would serve after a ``setCanaryPairs`` step (its prefix
+cache warms on them) at a stable pair's load, while the user's request still walks the stable pairs. The
+copy is the router's to send or drop; it never takes part in the user's walk.
+
 Decision cost
 -------------
 Scoring hashes every candidate once per key (one BLAKE2b each: the layout above puts the key before the
@@ -575,6 +584,48 @@ def candidate_set_for_revision(table: RoutingTable, revision: str) -> CandidateS
     if len(_PINNED) > CANDIDATE_SET_MEMO:
         _PINNED.popitem(last=False)
     return built
+
+
+def mirror_candidates(pairs: Iterable[Pair]) -> CandidateSet:
+    """The pairs a mirror copy is placed among: every serving pair of both revisions at the default weight
+    (*Mirroring the canary*); the router memoises it per table, the simulator per table rebuild."""
+    return CandidateSet(
+        p if p.weight == DEFAULT_PAIR_WEIGHT else p.model_copy(update={"weight": DEFAULT_PAIR_WEIGHT})
+        for p in pairs
+        if p.state is PairState.SERVING
+    )
+
+
+def mirror_target(cset: CandidateSet, canary: str, key: int) -> Pair | None:
+    """The pair of revision ``canary`` that is ``key``'s first pair in ``cset`` (:func:`mirror_candidates`), or
+    None when the key's first pair is of another revision."""
+    top = cset.order(key, 1)
+    return top[0] if top and top[0].revision == canary else None
+
+
+_MIRRORED: OrderedDict[int, tuple[RoutingTable, CandidateSet]] = OrderedDict()
+
+
+def mirror_pair(table: RoutingTable, key: int) -> Pair | None:
+    """The canary pair that gets a copy of a request with ``key`` (*Mirroring the canary*), or None: the table
+    does not mirror, or the key's first pair by pair count is a stable one. The pair is returned at the default
+    weight (same id, endpoints and revision as the table's).
+
+    Example: 75 stable pairs and 1 mirrored canary pair: about 1 key in 76 is copied, the same keys a
+    ``setCanaryPairs: 1`` step would send that pair."""
+    revisions = table.revisions
+    if not revisions.canary_mirror or revisions.canary is None:
+        return None
+    entry = _MIRRORED.get(id(table))
+    if entry is not None and entry[0] is table:
+        _MIRRORED.move_to_end(id(table))
+        cset = entry[1]
+    else:
+        cset = mirror_candidates(table.pairs)
+        _MIRRORED[id(table)] = (table, cset)
+        if len(_MIRRORED) > CANDIDATE_SET_MEMO:
+            _MIRRORED.popitem(last=False)
+    return mirror_target(cset, revisions.canary, key)
 
 
 def select_for_table(

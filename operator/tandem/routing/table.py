@@ -19,10 +19,11 @@ Invariants (checked on construction, so a bad table never reaches a router):
   fingerprint stable.
 - ``maxPromptTokens >= minPromptTokens``; ``canaryWeightPercent`` is set exactly when ``canary`` is.
 - serialisation is canonical: sorted keys, so equal tables give equal bytes and equal fingerprints.
-- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``, and kvTransfer's
-  MoRIIO fields) are optional and left out of the JSON while unset (the MoRIIO ones: while at vLLM's
-  default): a table published before them parses, and keeps its bytes and its fingerprint; a router that
-  does not know them still reads tables that do not use them.
+- fields added after v1 was first published (``servedModelName``, ``Pair.kvTransfer``, kvTransfer's
+  MoRIIO fields and ``revisions.canaryMirror``) are optional and left out of the JSON while unset (the
+  MoRIIO ones while at vLLM's default, ``canaryMirror`` while false): a table published before them
+  parses, and keeps its bytes and its fingerprint; a router that does not know them still reads tables
+  that do not use them.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ class Admission(_Wire):
     """HTTP status the router returns when every candidate it tried was full."""
 
 
+def _not_set(value: object) -> bool:
+    return value is False
+
+
 class Revisions(_Wire):
     """The pool's stack revisions: the stable one and, during a rollout, the canary."""
 
@@ -153,6 +158,9 @@ class Revisions(_Wire):
     """Revision under test, if a rollout is in progress."""
     canary_weight_percent: Annotated[int, Field(ge=0, le=100)] | None = None
     """Target share of new keys for the canary revision; pair weights implement it."""
+    canary_mirror: bool = Field(default=False, exclude_if=_not_set)
+    """The canary answers no user but gets a copy of each request whose key its pairs would own by pair count
+    (``tandem.routing.mirror_pair``); the router discards the copy's answer. Only with ``canaryWeightPercent: 0``."""
 
     @model_validator(mode="after")
     def _canary_consistent(self) -> Self:
@@ -160,6 +168,8 @@ class Revisions(_Wire):
             raise ValueError("canary and canaryWeightPercent must be set together")
         if self.canary is not None and self.canary == self.stable:
             raise ValueError("canary must differ from stable")
+        if self.canary_mirror and self.canary_weight_percent != 0:
+            raise ValueError("canaryMirror needs a canary at canaryWeightPercent 0 (a mirror serves no key)")
         return self
 
 

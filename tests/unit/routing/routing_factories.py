@@ -71,6 +71,16 @@ class TableFactory:
         self._pairs = [p.model_copy(update={"weight": weights[p.id]}) for p in self._pairs]
         return self
 
+    def mirror(self, revision: str, *, pairs: int, state: PairState = PairState.SERVING) -> Self:
+        """A mirrored canary (``setMirrorPairs``): weight 0, ``canaryMirror`` on."""
+        self._fields["revisions"] = Revisions(
+            stable=self._fields["revisions"].stable, canary=revision, canary_weight_percent=0, canary_mirror=True
+        )
+        self.pairs(pairs, revision=revision, state=state)
+        weights = compute_pair_weights(self._pairs, revision, 0)
+        self._pairs = [p.model_copy(update={"weight": weights[p.id]}) for p in self._pairs]
+        return self
+
     def match(self, **kwargs: Any) -> Self:
         self._fields["match"] = Match(**kwargs)
         return self
