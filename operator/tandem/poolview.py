@@ -45,6 +45,7 @@ EXIT_PAUSED: Final = 4
 COLUMN_GAP = "   "  # kubectl's tabwriter pads columns with three spaces
 NONE = "-"
 ARROW = "→"
+MIRRORED = " (mirrored: it gets copies of its pair-count keys and answers no user)"
 
 State = Literal["Waiting", "Progressing", "Done", "Failed", "Paused"]
 EXIT_CODES: Final[dict[State, int | None]] = {
@@ -143,7 +144,7 @@ def rollout_verdict(obj: dict[str, Any]) -> Verdict:
             return Verdict("Paused", f"Paused at step {step}: a pause step without a duration; run `rollout promote`")
         detail = (
             f"canary {canary.get('version', NONE)} {canary.get('readyPairs', 0)}/{canary.get('pairs', 0)} pairs ready, "
-            f"{canary.get('weightPercent', 0)}% of traffic"
+            f"{canary.get('weightPercent', 0)}% of traffic{MIRRORED if canary.get('mirrored') else ''}"
             if canary
             else "starting the canary"
         )
@@ -219,7 +220,9 @@ def pool_row(obj: dict[str, Any], now: datetime, wide: bool = False) -> dict[str
         "PHASE": str(rollout.get("phase") or (NONE if not status else "Idle")),
         "STEP": str(rollout.get("step") or NONE),
         "PAIRS": _pairs(obj),
-        "WEIGHT": f"{canary.get('weightPercent', 0)}%" if canary else NONE,
+        "WEIGHT": (f"{canary.get('weightPercent', 0)}%" + (" mirror" if canary.get("mirrored") else ""))
+        if canary
+        else NONE,
         "AGE": _age(obj, now),
     }
     if wide:

@@ -34,7 +34,7 @@ from tandem.adapters.kubecontext import ClusterClient, ClusterError, Target
 from tandem.api.labels import ANNOTATION_ABORT, ANNOTATION_PROMOTE
 from tandem.api.quantity import parse_duration
 from tandem.poolctl import add_cluster_flags, prog_name, run_with_cluster, top_prog
-from tandem.poolview import EXIT_FAILED, TransientError, watch_rollout
+from tandem.poolview import EXIT_FAILED, MIRRORED, TransientError, watch_rollout
 
 WATCH_INTERVAL_S = 2.0  # a rollout step takes tens of seconds; 2 s polls cost the API server nothing
 
@@ -111,7 +111,7 @@ def describe(obj: dict[str, Any]) -> str:
         if rev:
             lines.append(
                 f"{role:<11} {rev['version']} ({rev['name']}): {rev.get('readyPairs', 0)}/{rev.get('pairs', 0)} pairs "
-                f"ready, {rev.get('weightPercent', 0)}% of traffic"
+                f"ready, {rev.get('weightPercent', 0)}% of traffic{MIRRORED if rev.get('mirrored') else ''}"
             )
     analysis = rollout.get("analysis") or {}
     if rollout.get("gates"):

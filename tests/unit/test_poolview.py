@@ -72,6 +72,10 @@ class Pool:
         self.o["status"]["revisions"]["canary"] = rev(version, ready, pairs, weight)
         return self
 
+    def mirrored(self) -> Pool:
+        self.o["status"]["revisions"]["canary"]["mirrored"] = True
+        return self
+
     def stable(self, version: str) -> Pool:
         self.o["status"]["revisions"]["stable"] = rev(version, 3, 3, 100)
         return self
@@ -186,6 +190,14 @@ class Pool:
             None,
             "Progressing step 1/4: canary v2 1/1 pairs ready, 25% of traffic",
             id="progressing",
+        ),
+        pytest.param(
+            Pool().spec_version("v2").rollout("Progressing", 0).canary("v2", 1, 1, 0).mirrored(),
+            "Progressing",
+            None,
+            "Progressing step 1/4: canary v2 1/1 pairs ready, 0% of traffic (mirrored: it gets copies of its pair-count"
+            " keys and answers no user)",
+            id="a mirrored canary says so",
         ),
         pytest.param(
             Pool().spec_version("v2").rollout("Progressing", 1).canary("v2", 1, 1, 25),
