@@ -32,7 +32,7 @@ async def _mirror_table(lab: Lab, admission: Admission | None = None) -> Routing
 
 
 def _mirrored(table: RoutingTable, prompt: str) -> bool:
-    return mirror_pair(table, routing_key(prompt, table.hash.prefix_chars)) is not None
+    return mirror_pair(table, routing_key(prompt, table.hash.prefix_chars)).pair is not None
 
 
 async def _settle(lab: Lab, count: int) -> None:

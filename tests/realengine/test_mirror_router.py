@@ -98,7 +98,7 @@ def _prompt(table: RoutingTable, mirrored: bool) -> str:
     """An unseen prompt whose key the mirrored canary pair owns (or does not) by pair count."""
     for i in range(1_000):
         prompt = f"# variant {i}\n" + BASE
-        if (mirror_pair(table, routing_key(prompt, table.hash.prefix_chars)) is not None) == mirrored:
+        if (mirror_pair(table, routing_key(prompt, table.hash.prefix_chars)).pair is not None) == mirrored:
             return prompt
     raise AssertionError("no such prompt in 1,000 variants")
 

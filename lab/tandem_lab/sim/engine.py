@@ -58,7 +58,6 @@ from tandem.routing import (
     PairState,
     WalkBound,
     compute_pair_weights,
-    full_reason,
     mirror_candidates,
     mirror_target,
     select,
@@ -400,7 +399,7 @@ class Simulation:
         self.copies = 0
         """Mirror copies a canary pair took (``tandem_router_mirror_requests_total``)."""
         self.copies_full = 0
-        """Mirror copies not sent: the canary pair was full (the router's ``skipped_full``)."""
+        """Mirror copies not sent: the by-count walk passed the key's canary pair by (the router's ``skipped_full``)."""
         self.first_copy_s: float | None = None
         self._copy_err: npt.NDArray[np.float64] | None = None
         self.shape = options.default_shape
@@ -952,18 +951,18 @@ class Simulation:
         self._enter(req, g, inst)
 
     def _copy(self, i: int) -> None:
-        """The router's mirror copy of request ``i`` (``tandem.router.proxy.Router._mirror``): to the canary pair
-        that owns its key by pair count, unless that pair is full by the admission limits; never walked."""
+        """The router's mirror copy of request ``i`` (``tandem.router.proxy.Router._mirror``): where the by-count
+        walk takes its key (``tandem.routing.mirror_target``), if that is a canary pair; never walked further."""
         assert self._mirror_set is not None and self.canary is not None
-        target = mirror_target(self._mirror_set, self.canary.name, self.keys[i])
-        if target is None:
-            return
-        g = self.groups[target.id]
         if self._dirty_loads:
             self._flush_loads()
-        load = self._loads.get(g.name)
+        choice = mirror_target(self._mirror_set, self.canary.name, self.keys[i], self._loads, self.bound)
+        if choice.pair is None:
+            self.copies_full += choice.skipped is not None
+            return
+        g = self.groups[choice.pair.id]
         inst = g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, self.keys[i])
-        if inst is None or (load is not None and full_reason(load, self.bound.admission) is not None):
+        if inst is None:
             self.copies_full += 1
             return
         wl = self.wl

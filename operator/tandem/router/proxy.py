@@ -33,10 +33,12 @@ otherwise vLLM would hold the decode for ``VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT``
 above holds for every connector. NixlConnector and MoRIIOConnector in Read mode run the legs in sequence.
 
 A table with ``revisions.canaryMirror`` (a ``setMirrorPairs`` rollout step) also copies each unpinned request
-whose key :func:`tandem.routing.mirror_pair` gives to a canary pair: the copy (its own request id, ``stream``
-off) runs the same legs on that pair in a task of its own, its answer is read and dropped, and it is counted
-only in ``tandem_router_mirror_requests_total``. The user's request never waits for it or sees it: a copy is
-not sent when the canary pair is full by the table's admission limits, and a refused copy is not walked.
+whose key :func:`tandem.routing.mirror_pair` walks to a canary pair (the by-count walk, with this replica's
+loads, the load bound and admission): the copy (its own request id, ``stream`` off) runs the same legs on that
+pair in a task of its own, its answer is read and dropped, and it is counted only in
+``tandem_router_mirror_requests_total``. The user's request never waits for it or sees it: a copy is not sent
+when the walk passes the canary pair by (full or over its bound: ``skipped_full``), and a refused copy is not
+walked.
 The engines' own metrics count the copies, which is what the canary's gates read.
 
 Must not: re-implement any routing decision, or retry after a decode leg started.
@@ -101,7 +103,6 @@ from tandem.routing import (
     RoutingTable,
     SkipReason,
     classify,
-    full_reason,
     mirror_pair,
     parse_revision_pin,
     routing_key,
@@ -374,18 +375,19 @@ class Router:
     # --- mirror copies -------------------------------------------------------------------------------
 
     def _mirror(self, request: web.Request, table: RoutingTable, key: int, state: _Request) -> None:
-        """Start the copy of this request for a mirrored canary pair, if its key is one and the pair has room."""
-        pair = mirror_pair(table, key)
-        if pair is None:
+        """Start the copy of this request for a mirrored canary pair, if the by-count walk takes its key there."""
+        if not table.revisions.canary_mirror:
             return
         pool = f"{table.namespace}/{table.pool}"
+        choice = mirror_pair(table, key, self.loads.for_table(table, self.scraper.view(pool)))
+        pair = choice.pair
+        if pair is None:
+            if choice.skipped is not None:
+                self.metrics.mirrors.labels(pool, choice.skipped.id, choice.skipped.revision, MIRROR_FULL).inc()
+            return
         copy = _Request(mirror_request(state.creq), f"{state.request_id}-mirror", time.perf_counter())
         copy.mirror = True
         copy.labels = (pool, pair.id, pair.revision)
-        load = self.loads.for_table(table, self.scraper.view(pool)).get(pair.id)
-        if load is not None and full_reason(load, table.admission) is not None:
-            self.metrics.mirrors.labels(*copy.labels, MIRROR_FULL).inc()
-            return
         task = asyncio.ensure_future(self._run_mirror(request, table, pair, copy))
         self._mirrors.add(task)
         task.add_done_callback(self._mirrors.discard)

@@ -8,6 +8,7 @@ and publishes tables; routers and the fleet simulator import the algorithm. See
 from tandem.routing.algorithm import (
     NO_LOAD,
     CandidateSet,
+    MirrorChoice,
     Outcome,
     PairLoad,
     RequestFeatures,
@@ -67,6 +68,7 @@ __all__ = [
     "ImagesMatch",
     "KvTransfer",
     "Match",
+    "MirrorChoice",
     "Outcome",
     "Pair",
     "PairLoad",
