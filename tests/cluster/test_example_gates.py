@@ -2,8 +2,9 @@
 
 The pool takes `examples/speed-pool.yaml`'s `rollout.analysis` unchanged (compare gates, errors with a
 floor, local-kv-hits, the cold-cache warm-up, interval 30 s, initialDelay 60 s, successStreak 3,
-failureLimit 1, the TTFT gate's own 2) and its small first exposure (`setCanaryPairs: 1`); only the pool's size and
-the steps after the first analysis are the test's. Engine metrics come from the test exporter, scripted per revision:
+failureLimit 1, the TTFT gate's own 2) and its first step (`setMirrorPairs: 1`: one surge pair that gets copies and
+serves no key); only the pool's size and the steps after the first analysis are the test's. Engine metrics come from
+the test exporter, scripted per revision (they stand for the copies the router would send):
 
 - a good version behaves like stable and is promoted;
 - a bad version has TTFT × 3 *and* a cold cache that never warms (hit ratio 0.3 against stable's 0.6), so
@@ -39,7 +40,7 @@ def pool_manifest(node_selector: dict[str, str], version: str = "v1") -> dict[st
     obj: dict[str, Any] = copy.deepcopy(yaml.safe_load((REPO / "examples" / "minimal-pool.yaml").read_text()))
     obj["metadata"]["name"] = "speed"
     first = EXAMPLE["spec"]["rollout"]["steps"][0]
-    assert first == {"setCanaryPairs": 1}, first  # the example's small first exposure
+    assert first == {"setMirrorPairs": 1}, first  # the example's first step: one mirrored pair
     obj["spec"].update(
         {
             "stack": {"version": version, "image": IMAGE.format(tag=version)},
@@ -124,6 +125,10 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     exporter.set_revision(bad, ttft_multiplier=3.0, prefix_hit_ratio=0.3)
     kube.run("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
     wait_until("canary analysing", lambda: status(kube, ns)["rollout"].get("stepIndex") == 1, timeout_s=120)
+    mirrored = routing(kube, ns)  # the example's first step: the canary pair gets copies and serves no key
+    assert mirrored["revisions"].get("canaryMirror") is True, mirrored["revisions"]
+    assert [p for p in mirrored["pairs"] if p["revision"] == bad and p["state"] == "serving" and p["weight"] > 0] == []
+    assert status(kube, ns)["revisions"]["canary"].get("mirrored") is True
     started = time.monotonic()
     flipped = wait_until(
         "rollback decided",

@@ -365,9 +365,14 @@ def test_w5_both_arms_roll_back_an_erroring_canary_and_report_the_split(monkeypa
     by_arm = {a.arm: a.metrics for a in result.arms}
     for arm, m in by_arm.items():
         assert m["rolled_back"], arm
-        assert m["requests_on_canary"] > 0
-        assert m["canary_first_request_s"] <= m["first_breach_s"] <= m["decision_s"] <= m["weight_zero_s"], arm
+        # Evidence starts with the canary's first request or, under Tandem's mirror first step, its first copy.
+        start = min(t for t in (m["canary_first_request_s"], m["canary_first_copy_s"]) if t is not None)
+        assert start <= m["first_breach_s"] <= m["decision_s"] <= m["weight_zero_s"], arm
         assert m["rollback_s"] == pytest.approx(m["observe_s"] + m["decide_s"] + m["act_s"])
+    assert by_arm["flagger"]["requests_on_canary"] > 0
+    # The example's first step mirrors: a 30 % erroring canary fails on its copies, before any user is served by it.
+    assert by_arm["tandem"]["copies_on_canary"] > 0
+    assert by_arm["tandem"]["requests_on_canary"] == 0
     assert by_arm["flagger"]["act_s"] == 0.0  # the primary never shrank: routing back is immediate
     # Surge canary (issue 17 item 3): stable kept its pairs, so the decision's own pass zeroes the canary.
     assert by_arm["tandem"]["act_s"] == 0.0
@@ -401,7 +406,8 @@ def test_a_run_continued_from_the_shared_warm_up_is_the_straight_run() -> None:
     for arm in rollout.ARMS:
         forked = [rollout.run_arm(prep, cfg, arm, pairs, shape, print, w) for w in (warm, warm, straight)]
         a, b, c = (_comparable(r.metrics) for r in forked)
-        assert forked[0].metrics["requests_on_canary"] > 0 and forked[0].metrics["rolled_back"], arm
+        m = forked[0].metrics
+        assert m["requests_on_canary"] + m["copies_on_canary"] > 0 and m["rolled_back"], arm  # the canary ran
         assert a == b == c, arm  # the fork leaves the warm simulation as it was; forked = straight
         np.testing.assert_array_equal(forked[0].result.ttft, forked[2].result.ttft)
 
@@ -413,7 +419,14 @@ def test_settling_ends_the_run_without_changing_what_w5_measures() -> None:
     assert full["ended_s"] is None and full["rolled_back"]
     assert settled["ended_s"] is not None
     assert settled["weight_zero_s"] + rollout.SETTLED_GRACE_S <= settled["ended_s"] < prep.workload.duration_s
-    for key in ("decision_s", "weight_zero_s", "first_breach_s", "requests_on_canary", "canary_share_of_all_requests"):
+    for key in (
+        "decision_s",
+        "weight_zero_s",
+        "first_breach_s",
+        "requests_on_canary",
+        "copies_on_canary",
+        "canary_share_of_all_requests",
+    ):
         assert settled[key] == full[key], key
 
 
@@ -453,10 +466,13 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
 def test_w5s_example_gate_set_is_the_examples_analysis() -> None:
     """W5's ``example`` set must be ``examples/speed-pool.yaml``'s analysis: the local-kv-hits gate had drifted to
     the old ``result >= baseline * 0.9`` after the example moved to the score test. Only the eval Job (no eval
-    image in the simulator) is left out. The steps after the first analysis are W5's own; the first exposure is the
-    example's (one canary pair at a stable pair's share of keys: like with like on load)."""
+    image in the simulator) is left out. The steps up to the second analysis are the example's (one mirrored pair, then
+    the same pair serving a stable pair's share of keys); the later ones are W5's own."""
     example = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["analysis"]
     simulated = load_params().policies.tandem_rollout["analysis"]
     assert simulated == {k: v for k, v in example.items() if k != "eval"}
     example_steps = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["steps"]
-    assert load_params().policies.tandem_rollout["steps"][0] == example_steps[0] == {"setCanaryPairs": 1}
+    simulated_steps = load_params().policies.tandem_rollout["steps"]
+    assert simulated_steps[0] == example_steps[0] == {"setMirrorPairs": 1}
+    assert simulated_steps[2] == example_steps[2] == {"setCanaryPairs": 1}
+    assert all("analysis" in steps[i] for steps in (simulated_steps, example_steps) for i in (1, 3))
