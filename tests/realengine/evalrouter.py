@@ -11,11 +11,7 @@ is started here (kept in its own module beside conftest.py, which another change
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import subprocess
-import sys
 import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,11 +22,11 @@ import pytest
 from tandem.evalclient import post
 from tandem.routing import HEADER_REVISION
 from tests.realengine.builtpods import BuiltEngine
-from tests.realengine.engines import REPO, free_port, wait_http
+from tests.realengine.engines import REPO, free_port
+from tests.realengine.routerproc import example_pair, router_on
 
 STABLE = "v32"
 CANARY = "v33"
-ROUTER_READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -44,24 +40,9 @@ class PinnedRouter:
 def _table(prefill: BuiltEngine, decode: BuiltEngine, served_name: str) -> dict[str, object]:
     table = json.loads((REPO / "examples" / "router" / "speed-routing.json").read_text())
     dead = f"127.0.0.1:{free_port()}"  # bound and released by free_port: nothing listens there
-    stable = copy.deepcopy(table["pairs"][0])
-    stable.update(
-        id="speed-p0",
-        index=0,
-        revision=STABLE,
-        weight=100,
-        prefill=[{"address": dead, "pod": "speed-p0-prefill-0"}],
-        decode=[{"address": dead, "pod": "speed-p0-decode-0"}],
-    )
-    canary = copy.deepcopy(table["pairs"][0])
-    canary.update(
-        id="speed-p1",
-        index=1,
-        revision=CANARY,
-        weight=0,  # compute_pair_weights at 0 %: no unpinned key
-        prefill=[{"address": f"127.0.0.1:{prefill.engine.port}", "pod": "speed-p1-prefill-0"}],
-        decode=[{"address": f"127.0.0.1:{decode.engine.port}", "pod": "speed-p1-decode-0"}],
-    )
+    stable = example_pair(0, STABLE, 100, dead, dead)
+    # weight 0: compute_pair_weights at 0 %, no unpinned key
+    canary = example_pair(1, CANARY, 0, f"127.0.0.1:{prefill.engine.port}", f"127.0.0.1:{decode.engine.port}")
     table.update(
         pairs=[stable, canary],
         servedModelName=served_name,
@@ -75,23 +56,10 @@ def pinned_router(
     prefill: BuiltEngine, decode: BuiltEngine, served_name: str, scratch: Path, logs: Path
 ) -> Iterator[PinnedRouter]:
     table = _table(prefill, decode, served_name)
-    path = scratch / "speed-routing-canary.json"
-    path.write_text(json.dumps(table))
-    port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
-    log = logs / "router-pinned.log"
-    argv = [sys.executable, "-m", "tandem.cli", "router", "--routing-table", str(path), "--allow-revision-header"]
-    argv += ["--port", str(port), "--metrics-port", str(metrics_port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
-        pinned = PinnedRouter(f"http://127.0.0.1:{port}", f"{table['namespace']}/{table['pool']}/{CANARY}", log)
+    with router_on(table, "router-pinned", scratch, logs, "--allow-revision-header") as (url, _):
+        pinned = PinnedRouter(url, f"{table['namespace']}/{table['pool']}/{CANARY}", logs / "router-pinned.log")
         _warm(pinned, served_name, prefill, decode)
         yield pinned
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def _warm(router: PinnedRouter, served_name: str, prefill: BuiltEngine, decode: BuiltEngine) -> None:

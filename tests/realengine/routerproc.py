@@ -16,6 +16,7 @@ import urllib.error
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,42 @@ from tests.realengine.builtpods import BuiltEngine
 from tests.realengine.engines import LOOPBACK, REPO, free_port, post_json, spawn, stop_process, wait_http
 
 ROUTER_READY_TIMEOUT_S = 60.0
+
+
+def example_pair(index: int, revision: str, weight: int, prefill: str, decode: str) -> dict[str, Any]:
+    """examples/router/speed-routing.json's first pair as ``speed-p<index>`` of ``revision`` at ``weight``, its
+    prefill and decode instances at the ``host:port`` addresses given (the example's connector)."""
+    table = json.loads((REPO / "examples" / "router" / "speed-routing.json").read_text())
+    pair: dict[str, Any] = copy.deepcopy(table["pairs"][0])
+    pid = f"speed-p{index}"
+    pair.update(
+        id=pid,
+        index=index,
+        revision=revision,
+        weight=weight,
+        prefill=[{"address": prefill, "pod": f"{pid}-prefill-0"}],
+        decode=[{"address": decode, "pod": f"{pid}-decode-0"}],
+    )
+    return pair
+
+
+@contextmanager
+def router_on(table: dict[str, Any], name: str, scratch: Path, logs: Path, *flags: str) -> Iterator[tuple[str, str]]:
+    """(URL, metrics URL) of `tandem router` serving ``table`` (written to ``<scratch>/<name>.json``, logged to
+    ``<logs>/<name>.log``, with ``flags``), once it is ready; stopped on exit."""
+    path = scratch / f"{name}.json"
+    path.write_text(json.dumps(table))
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+    log = logs / f"{name}.log"
+    argv = [sys.executable, "-m", "tandem.cli", "router", "--routing-table", str(path), *flags]
+    argv += ["--port", str(port), "--metrics-port", str(metrics_port)]
+    proc = spawn(argv, env, log)
+    try:
+        wait_http(f"http://{LOOPBACK}:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
+        yield f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{metrics_port}/metrics"
+    finally:
+        stop_process(proc)
 
 
 @contextmanager
@@ -38,22 +75,9 @@ def run_router(
     if "VLLM_MOONCAKE_BOOTSTRAP_PORT" in prefill.engine.env:  # the CPU transform's free port for it
         pair["kvTransfer"]["bootstrapPort"] = int(prefill.engine.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"])
     table.update(pairs=[pair], servedModelName=served_name)
-    name = f"{prefill.engine.name}-router"
-    path = scratch / f"{name}.json"
-    path.write_text(json.dumps(table))
-    port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
-    log = logs / f"{name}.log"
-    argv = [sys.executable, "-m", "tandem.cli", "router", "--routing-table", str(path)]
-    argv += ["--port", str(port), "--metrics-port", str(metrics_port)]
-    proc = spawn(argv, env, log)
-    try:
-        wait_http(f"http://{LOOPBACK}:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
-        url = f"http://{LOOPBACK}:{port}"
+    with router_on(table, f"{prefill.engine.name}-router", scratch, logs) as (url, _):
         warm_pd(url, served_name, prefill, decode)
         yield url
-    finally:
-        stop_process(proc)
 
 
 def warm_pd(router: str, served_name: str, prefill: BuiltEngine, decode: BuiltEngine) -> None:

@@ -11,10 +11,7 @@ path the canary's gates read: vLLM's own metrics count the copies.
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,15 +25,11 @@ from tests.realengine.builtpods import BuiltEngine
 from tests.realengine.engines import (
     LOOPBACK,
     REPO,
-    free_port,
     metric_value,
     post_json,
     post_stream,
-    spawn,
-    stop_process,
-    wait_http,
 )
-from tests.realengine.routerproc import ROUTER_READY_TIMEOUT_S, warm_pd
+from tests.realengine.routerproc import example_pair, router_on, warm_pd
 
 MAX_TOKENS = 6
 BASE = "def mirror(pool, revision):\n    copies = pool.canary.pairs\n" * 5
@@ -51,19 +44,8 @@ class MirrorRouter:
 
 def _table(prefill: BuiltEngine, decode: BuiltEngine, served_name: str) -> dict[str, object]:
     table = json.loads((REPO / "examples" / "router" / "speed-routing.json").read_text())
-    pairs = []
-    for index, (pid, revision, weight) in enumerate((("speed-p0", "v32", 100), ("speed-p1", "v33", 0))):
-        pair = copy.deepcopy(table["pairs"][0])
-        pair.update(
-            id=pid,
-            index=index,
-            revision=revision,
-            weight=weight,
-            prefill=[{"address": f"{LOOPBACK}:{prefill.engine.port}", "pod": f"{pid}-prefill-0"}],
-            decode=[{"address": f"{LOOPBACK}:{decode.engine.port}", "pod": f"{pid}-decode-0"}],
-        )
-        pair["kvTransfer"]["connector"] = "NixlConnector"
-        pairs.append(pair)
+    engines = (f"{LOOPBACK}:{prefill.engine.port}", f"{LOOPBACK}:{decode.engine.port}")
+    pairs = [example_pair(0, "v32", 100, *engines), example_pair(1, "v33", 0, *engines)]  # the example's NIXL
     table.update(
         pairs=pairs,
         servedModelName=served_name,
@@ -77,21 +59,9 @@ def mirror_router(
     prefill: BuiltEngine, decode: BuiltEngine, served_name: str, scratch: Path, logs: Path
 ) -> Iterator[MirrorRouter]:
     table = _table(prefill, decode, served_name)
-    path = scratch / "speed-routing-mirror.json"
-    path.write_text(json.dumps(table))
-    port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
-    log = logs / "router-mirror.log"
-    argv = [sys.executable, "-m", "tandem.cli", "router", "--routing-table", str(path)]
-    argv += ["--port", str(port), "--metrics-port", str(metrics_port)]
-    proc = spawn(argv, env, log)
-    try:
-        wait_http(f"http://{LOOPBACK}:{metrics_port}/ready", ROUTER_READY_TIMEOUT_S, proc, "tandem router", log)
-        url = f"http://{LOOPBACK}:{port}"
+    with router_on(table, "router-mirror", scratch, logs) as (url, metrics):
         warm_pd(url, served_name, prefill, decode)
-        yield MirrorRouter(url, f"http://{LOOPBACK}:{metrics_port}/metrics", RoutingTable.from_json(path.read_text()))
-    finally:
-        stop_process(proc)
+        yield MirrorRouter(url, metrics, RoutingTable.model_validate(table))
 
 
 def _prompt(table: RoutingTable, mirrored: bool) -> str:
