@@ -578,7 +578,7 @@ def _progressing(
     steps = list(inp.spec.rollout.steps)
     replicas = inp.spec.pairs.replicas
     index = min(status.step_index, len(steps) - 1)
-    want, weight = canary_target(steps, index, replicas)
+    want, _ = canary_target(steps, index, replicas)
     note = capacity_note(inp, want)
     if note and (not status.message or status.message.startswith(("rolling out ", "canary capacity-first"))):
         status = status.model_copy(update={"message": note})
@@ -593,8 +593,8 @@ def _progressing(
         stable=stable,
         canary=desired,
         targets=targets,
-        canary_weight_percent=weight if at == index else (canary_target(steps, at, replicas)[1] if at >= 0 else 0),
-        canary_mirror=at >= 0 and mirrors(steps, at),
+        canary_weight_percent=canary_target(steps, at, replicas)[1],  # at -1: no set step yet, 0 %
+        canary_mirror=mirrors(steps, at),
         events=tuple(events),
         progressing_reason=progress_reason(inp, want),
         message=status.message,
