@@ -276,6 +276,25 @@ def test_routing_follows_canary_weights() -> None:
     assert 0.04 < share < 0.18, counts
 
 
+def test_a_mirrored_canary_gets_copies_of_its_pair_count_keys_and_serves_none() -> None:
+    """``revisions.canaryMirror``: the canary pair at weight 0 gets copies where the by-count walk takes a key
+    (``tandem.routing.mirror_target``, as the router), its pods' metrics count them, and the fleet's counters count
+    each client request once."""
+    revisions = ["stable"] * 3 + ["canary"]
+    spec = FleetSpec(revisions=revisions, weights=[100, 100, 100, 0])
+    table = spec.table().model_copy(
+        update={"revisions": Revisions(stable="stable", canary="canary", canary_weight_percent=0, canary_mirror=True)}
+    )
+    fleet, clock = make_fleet(spec, sessions_workload(sessions=400, turns=2, spread_s=100.0), rate=20.0)
+    fleet.sync([table], spec.pods())
+    run(fleet, clock, 60)
+    counts = [requests_on(fleet, i) for i in range(4)]
+    assert 0.12 < counts[3] / sum(counts[:3]) < 0.45, counts  # about a third: one pair's keys of four, copied
+    stats = fleet.stats()
+    assert stats.arrivals == stats.routed + stats.queued_walks + stats.rejected + stats.unmatched
+    assert stats.completed <= stats.arrivals
+
+
 def test_draining_pair_finishes_its_requests_and_takes_no_new_ones() -> None:
     spec = FleetSpec(revisions=["r1", "r1"])
     fleet, clock = make_fleet(spec, rate=20.0)

@@ -68,14 +68,18 @@ from typing import Any, Final, Literal
 from tandem import enginemetrics as em
 from tandem.routing import (
     Admission,
+    CandidateSet,
     Outcome,
     Pair,
     PairLoad,
+    PairState,
     RequestFeatures,
     RoutingTable,
     WalkBound,
     classify,
     is_candidate,
+    mirror_candidates,
+    mirror_target,
     rendezvous_score,
     routing_key_from_blocks,
     select,
@@ -529,6 +533,7 @@ class _Req:
         "dpod",
         "local_run",
         "local_tokens",
+        "mirror",
         "on_done",
         "on_first",
         "on_prefill",
@@ -565,6 +570,8 @@ class _Req:
         self.t_admit = 0.0
         self.t_first = 0.0
         self.v_finish = 0.0
+        self.mirror = False
+        """A mirror copy (``revisions.canaryMirror``): its pods' metrics count it, the fleet's counters do not."""
         # External routing (LiveOptions.external_routing): when the KV reaches decode (None: prefill not
         # done) and the legs' callbacks, called under the caller's lock from whichever thread advances.
         self.t_ready: float | None = None
@@ -652,6 +659,9 @@ class _Route:
     candidates: tuple[Pair, ...]
     bound: WalkBound
     loads: dict[str, PairLoad] = field(default_factory=dict)
+    mirror: CandidateSet | None = None
+    """Where copies go when the table mirrors its canary (``tandem.routing.mirror_target``): every serving pair
+    with pods, at the default weight."""
 
 
 @dataclass(frozen=True)
@@ -869,7 +879,14 @@ class LiveFleet:
                     reject_status=adm.reject_status,
                 ),
             )
-            routes[tkey] = _Route(table, pairs, tuple(cands), bound)
+            mirror = None
+            if table.revisions.canary_mirror:
+                mirror = mirror_candidates(
+                    p
+                    for p in table.pairs
+                    if p.state is PairState.SERVING and pairs[p.id].prefill and pairs[p.id].decode
+                )
+            routes[tkey] = _Route(table, pairs, tuple(cands), bound, mirror=mirror)
         self._pairs = live_pairs
         self._pod_pair = pod_pair
         self._routes = routes
@@ -947,13 +964,21 @@ class LiveFleet:
             return
         route = self._routes[(table.namespace, table.pool)]
         loads = route.loads
-        for cand in route.candidates:
+        for cand in route.candidates if route.mirror is None else route.mirror.pairs:
             obj = route.pairs[cand.id]
             if obj.dirty:
                 obj.load = self._pair_load(obj)
                 obj.dirty = False
             loads[cand.id] = obj.load
         decision = select(arrival.key, route.candidates, loads, route.bound)
+        sid = self._sid
+        if route.mirror is not None and route.table.revisions.canary is not None:
+            copy = mirror_target(route.mirror, route.table.revisions.canary, arrival.key, loads, route.bound).pair
+            if copy is not None:
+                self._sid += 1
+                twin = _Req(self._sid, arrival)
+                twin.mirror = True
+                self._place(twin, route.pairs[copy.id], 0)
         skips = len(decision.skips)
         c["fast_rejects"] += skips
         if decision.walk_length:
@@ -962,9 +987,12 @@ class LiveFleet:
             c["rejected"] += 1
             return
         c["queued_walks" if decision.outcome is Outcome.QUEUED else "routed"] += 1
-        pair = route.pairs[decision.pair.id]
-        ppod = self._pick_prefill(pair, arrival.key)
-        req = _Req(self._sid, arrival)
+        self._place(_Req(sid, arrival), route.pairs[decision.pair.id], skips)
+
+    def _place(self, req: _Req, pair: _Pair, skips: int) -> None:
+        """Queue ``req`` on ``pair``'s prefill pod for its key (a walk of ``skips`` fast rejects delays it)."""
+        key = req.arrival.key
+        ppod = self._pick_prefill(pair, key)
         req.pair = pair
         req.ppod = ppod
         req.walk_delay = skips * self.rtt
@@ -1141,8 +1169,9 @@ class LiveFleet:
             counters[PREFIX_HITS] += local
             counters[EXTERNAL_QUERIES] += a.input_tokens - local
             counters[EXTERNAL_HITS] += shared
-            self.c["prefix_queries"] += a.input_tokens
-            self.c["prefix_hits"] += local
+            if not req.mirror:
+                self.c["prefix_queries"] += a.input_tokens
+                self.c["prefix_hits"] += local
         pod.rate = 1.0 / pod.batch if pod.batch else 0.0
         pod.version += 1
         if pod.active:
@@ -1333,11 +1362,12 @@ class LiveFleet:
         counters[GENERATION_TOKENS] += out
         counters[EXTERNAL_QUERIES] += a.input_tokens
         counters[EXTERNAL_HITS] += a.input_tokens  # the KV arrives from the prefill instance
-        self.c["completed"] += 1
+        if not req.mirror:
+            self.c["completed"] += 1
         failed = _unit(self.opt.seed, _DRAW_ERROR, req.sid) < self.behaviour(d.ref.revision).error_rate
         if failed:
             d.success["error"] += 1
-            self.c["errors"] += 1
+            self.c["errors"] += 0 if req.mirror else 1
         else:
             d.success["stop"] += 1
         if self.external:
@@ -1357,8 +1387,8 @@ class LiveFleet:
                 pair.queued -= 1
             pair.dirty = True
         req.queued = False
-        self.c["failed"] += 1
-        if self.external:
+        self.c["failed"] += 0 if req.mirror else 1
+        if self.external and not req.mirror:
             self._held.pop(req.sid, None)
             if req.on_prefill is not None:
                 req.on_prefill(False)
