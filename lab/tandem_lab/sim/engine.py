@@ -944,7 +944,7 @@ class Simulation:
         if g is None:
             self._fail(req, STATUS_REJECTED)
             return
-        inst = g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, self.keys[i])
+        inst = self._prefill_of(g, self.keys[i])
         if inst is None:
             self._fail(req, STATUS_REJECTED)
             return
@@ -961,7 +961,7 @@ class Simulation:
             self.copies_full += choice.skipped is not None
             return
         g = self.groups[choice.pair.id]
-        inst = g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, self.keys[i])
+        inst = self._prefill_of(g, self.keys[i])
         if inst is None:
             self.copies_full += 1
             return
@@ -1026,6 +1026,11 @@ class Simulation:
         if inst.batch < self.prefill_slots:
             self._fill_prefill(inst)
             self._reschedule_prefill(inst)
+
+    def _prefill_of(self, g: Group, key: int) -> Instance | None:
+        """The prefill instance a request (or its mirror copy) with ``key`` enters in ``g``: the only one, or
+        :meth:`_pick_prefill`'s."""
+        return g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, key)
 
     def _pick_prefill(self, g: Group, key: int) -> Instance | None:
         """Prefill instance inside a pair group of several: ``tandem.routing.select`` over the group's Ready
