@@ -661,8 +661,9 @@ def _w5_md(w5: dict[str, Any]) -> list[str]:
         f"{w5['ttft_p95_target_ms'] / 1000:.3f} s and ≤ 1.2 × stable, ≥ 60 tok/s/user and ≥ 0.9 × stable, "
         "errors ≤ 1 %, "
         "local hits ≥ 0.9 × stable); *regression* = tokens/s/user and errors only. Times in seconds from the "
-        "canary's first request; observe = first breaching evaluation, decide = rollback decided, act = routing "
-        "table stops sending keys to the canary. Pipeline floor (§7: scrape + window + interval × strikes + act): "
+        "canary's first request or mirror copy; observe = first breaching evaluation, decide = rollback decided, "
+        "act = routing table stops sending keys to the canary. Pipeline floor (§7: scrape + window + "
+        "interval × strikes + act): "
         f"Tandem {_num(w5['pipeline_floor_s']['tandem'], 0)} s, "
         f"Flagger-like {_num(w5['pipeline_floor_s']['flagger'], 0)} s.",
         "",

@@ -215,8 +215,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         f"## W5 over {len(seeds)} seeds (seeds {seeds[0]}–{seeds[-1]})",
         "",
         "Each seed draws its own workload, engine errors and load times. Times in seconds from the canary's "
-        "first request (detection = rollback decided); act = decision → the routing table sends the canary no "
-        f"keys (limit {ACT_LIMIT_S:.0f} s); share = requests the new revision served / all requests (limit "
+        "first request or mirror copy, whichever came first (detection = rollback decided); act = decision → "
+        f"the routing table sends the canary no keys (limit {ACT_LIMIT_S:.0f} s); share = requests the new "
+        "revision served / all requests (mirror copies are never served, so they do not count; limit "
         f"{100 * EXPOSURE_LIMIT:.1f} % for a bad canary). A run ends once its outcome is settled (rolled back "
         "and the canary's weight at 0 for a minute, or promoted), so a promoted canary's share counts its "
         "requests up to the promotion.",
