@@ -104,10 +104,10 @@ import hashlib
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from tandem.routing.table import (
     DEFAULT_PAIR_WEIGHT,
@@ -136,6 +136,43 @@ prefixes of a pool between table changes."""
 CANDIDATE_SET_MEMO: Final = 32
 """Tables (and pair tuples) whose :class:`CandidateSet` is kept: more than the pools one router serves; a
 table change adds an entry and the old one ages out. Worst case with every memo full: ≈ 40 MB."""
+
+
+_O = TypeVar("_O")
+_V = TypeVar("_V")
+
+
+class _ByIdentity(Generic[_O, _V]):
+    """What the router derives from an immutable object (a table, a tuple of pairs), kept for the last
+    :data:`CANDIDATE_SET_MEMO` objects (LRU) so a request does not rebuild it.
+
+    Keyed by ``id(owner)`` (and a ``tag`` when one owner has several values): the entry holds ``owner`` itself,
+    so while it lives no other object can have that id, and the ``is`` check makes a stale id harmless anyway.
+    One implementation for every per-table memo of this module (candidate sets, walk bounds, pinned and
+    mirrored sets).
+    """
+
+    __slots__ = ("_store",)
+
+    def __init__(self) -> None:
+        self._store: OrderedDict[tuple[int, object], tuple[_O, _V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def get(self, owner: _O, build: Callable[[], _V], tag: object = None) -> _V:
+        """``owner``'s value, built by ``build()`` when not kept."""
+        key = (id(owner), tag)
+        store = self._store
+        entry = store.get(key)
+        if entry is not None and entry[0] is owner:
+            store.move_to_end(key)
+            return entry[1]
+        value = build()
+        store[key] = (owner, value)
+        if len(store) > CANDIDATE_SET_MEMO:
+            store.popitem(last=False)
+        return value
 
 
 def _h64(data: bytes) -> int:
@@ -296,24 +333,12 @@ class CandidateSet:
         return found
 
 
-_SETS: OrderedDict[int, tuple[object, CandidateSet]] = OrderedDict()
+_SETS: _ByIdentity[object, CandidateSet] = _ByIdentity()
 
 
 def _memo_set(owner: object, pairs: Iterable[Pair]) -> CandidateSet:
-    """The :class:`CandidateSet` of ``owner`` (a table or a tuple of pairs), built once while memoised.
-
-    Keyed by ``id(owner)``; the entry holds ``owner`` itself, so while it lives no other object can have
-    that id, and the ``is`` check makes a stale id harmless anyway.
-    """
-    entry = _SETS.get(id(owner))
-    if entry is not None and entry[0] is owner:
-        _SETS.move_to_end(id(owner))
-        return entry[1]
-    built = CandidateSet(pairs)
-    _SETS[id(owner)] = (owner, built)
-    if len(_SETS) > CANDIDATE_SET_MEMO:
-        _SETS.popitem(last=False)
-    return built
+    """The :class:`CandidateSet` of ``owner`` (a table or a tuple of pairs), built once while memoised."""
+    return _SETS.get(owner, lambda: CandidateSet(pairs))
 
 
 def _candidate_set(pairs: Iterable[Pair] | CandidateSet) -> CandidateSet:
@@ -547,54 +572,40 @@ def select(
     return RouteDecision(Outcome.REJECTED, None, walked, tuple(skips), status)
 
 
-_BOUNDS: OrderedDict[int, tuple[RoutingTable, WalkBound]] = OrderedDict()
+_BOUNDS: _ByIdentity[RoutingTable, WalkBound] = _ByIdentity()
 
 
 def _bound_for_table(table: RoutingTable) -> WalkBound:
-    entry = _BOUNDS.get(id(table))
-    if entry is not None and entry[0] is table:
-        return entry[1]
-    bound = WalkBound.from_table(table)
-    _BOUNDS[id(table)] = (table, bound)
-    if len(_BOUNDS) > CANDIDATE_SET_MEMO:
-        _BOUNDS.popitem(last=False)
-    return bound
+    return _BOUNDS.get(table, lambda: WalkBound.from_table(table))
 
 
-_PINNED: OrderedDict[tuple[int, str], tuple[RoutingTable, CandidateSet]] = OrderedDict()
+_PINNED: _ByIdentity[RoutingTable, CandidateSet] = _ByIdentity()
+
+
+def _at_default_weight(pairs: Iterable[Pair]) -> tuple[Pair, ...]:
+    """``pairs``' serving ones, each at the default weight: the by-count walk a pinned request and a mirror copy
+    take, whatever weights the table gives the revisions."""
+    return tuple(
+        p if p.weight == DEFAULT_PAIR_WEIGHT else p.model_copy(update={"weight": DEFAULT_PAIR_WEIGHT})
+        for p in pairs
+        if p.state is PairState.SERVING
+    )
 
 
 def revision_pairs(table: RoutingTable, revision: str) -> tuple[Pair, ...]:
     """The serving pairs of ``revision`` in ``table``, each at the default weight (see *Pinning a revision*)."""
-    return tuple(
-        p if p.weight == DEFAULT_PAIR_WEIGHT else p.model_copy(update={"weight": DEFAULT_PAIR_WEIGHT})
-        for p in table.pairs
-        if p.revision == revision and p.state is PairState.SERVING
-    )
+    return _at_default_weight(p for p in table.pairs if p.revision == revision)
 
 
 def candidate_set_for_revision(table: RoutingTable, revision: str) -> CandidateSet:
     """The memoised :class:`CandidateSet` of ``table``'s serving pairs of ``revision`` (equal weights)."""
-    memo_key = (id(table), revision)
-    entry = _PINNED.get(memo_key)
-    if entry is not None and entry[0] is table:
-        _PINNED.move_to_end(memo_key)
-        return entry[1]
-    built = CandidateSet(revision_pairs(table, revision))
-    _PINNED[memo_key] = (table, built)
-    if len(_PINNED) > CANDIDATE_SET_MEMO:
-        _PINNED.popitem(last=False)
-    return built
+    return _PINNED.get(table, lambda: CandidateSet(revision_pairs(table, revision)), revision)
 
 
 def mirror_candidates(pairs: Iterable[Pair]) -> CandidateSet:
     """The pairs a mirror copy is placed among: every serving pair of both revisions at the default weight
     (*Mirroring the canary*); the router memoises it per table, the simulator per table rebuild."""
-    return CandidateSet(
-        p if p.weight == DEFAULT_PAIR_WEIGHT else p.model_copy(update={"weight": DEFAULT_PAIR_WEIGHT})
-        for p in pairs
-        if p.state is PairState.SERVING
-    )
+    return CandidateSet(_at_default_weight(pairs))
 
 
 @dataclass(frozen=True)
@@ -627,7 +638,7 @@ def mirror_target(
     return MirrorChoice(None, skipped=own[0] if own and own[0].revision == canary else None)
 
 
-_MIRRORED: OrderedDict[int, tuple[RoutingTable, CandidateSet]] = OrderedDict()
+_MIRRORED: _ByIdentity[RoutingTable, CandidateSet] = _ByIdentity()
 
 
 def mirror_pair(table: RoutingTable, key: int, loads: Mapping[str, PairLoad] | None = None) -> MirrorChoice:
@@ -641,15 +652,7 @@ def mirror_pair(table: RoutingTable, key: int, loads: Mapping[str, PairLoad] | N
     revisions = table.revisions
     if not revisions.canary_mirror or revisions.canary is None:
         return NO_MIRROR
-    entry = _MIRRORED.get(id(table))
-    if entry is not None and entry[0] is table:
-        _MIRRORED.move_to_end(id(table))
-        cset = entry[1]
-    else:
-        cset = mirror_candidates(table.pairs)
-        _MIRRORED[id(table)] = (table, cset)
-        if len(_MIRRORED) > CANDIDATE_SET_MEMO:
-            _MIRRORED.popitem(last=False)
+    cset = _MIRRORED.get(table, lambda: mirror_candidates(table.pairs))
     return mirror_target(cset, revisions.canary, key, loads or {}, _bound_for_table(table))
 
 
