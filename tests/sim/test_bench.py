@@ -26,6 +26,9 @@ def test_fleet_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     text = (tmp_path / "fleet.md").read_text()
     for heading in ("## W2", "## W5", "## Gates", "## Where Tandem loses", "÷ O1 (own)", "÷ B0"):
         assert heading in text
+    # the gate set is named by the metrics the run's pool had (the regression set has no hit-ratio gate)
+    assert on_disk["w5"]["gate_sets"] == {"regression": ["ttft-p95", "tokens-per-user", "errors"]}
+    assert "*regression* = ttft-p95, tokens-per-user, errors." in text
     for png in ("fleet-gpuh.png", "fleet-w2-instances.png", "fleet-w2-attainment.png", "fleet-w5.png"):
         assert (tmp_path / png).stat().st_size > 1000
 

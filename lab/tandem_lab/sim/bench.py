@@ -42,7 +42,7 @@ from tandem_lab.sim import w5seeds
 from tandem_lab.sim.config import SimParams, config_hash, load_params
 from tandem_lab.sim.policies import POLICIES, POLICY_WORDS
 from tandem_lab.sim.report import clean, results
-from tandem_lab.sim.rollout import ARMS, W5Run, run_w5
+from tandem_lab.sim.rollout import ARMS, W5Run, build_pool, run_w5
 from tandem_lab.sim.runner import ScenarioRun, code_revision, run
 from tandem_lab.sim.scenarios import GATE_SETS, ScenarioConfig
 
@@ -333,6 +333,15 @@ def w5_document(w5: W5Run) -> dict[str, Any]:
         "ttft_p95_target_ms": prep.ttft_target_ms,
         "stable_error_prob": prep.params.policies.stable_error_prob,
         "variants": [list(v) for v in w5.variants],
+        "gate_sets": {
+            gates: [
+                m.name
+                for m in build_pool(
+                    prep.params, w5.pairs, w5.shape, prep.ttft_target_ms / 1000, gates
+                ).spec.rollout.analysis.metrics
+            ]
+            for gates in dict.fromkeys(g for _, g in w5.variants)
+        },
         "arms": arms,
         "pipeline_floor_s": {
             "tandem": _pipeline_floor(prep.params, "tandem"),
@@ -657,10 +666,10 @@ def _w5_md(w5: dict[str, Any]) -> list[str]:
         f"{wl['requests']:,} speed-pool requests over {wl['duration_s'] / 3600:.1f} simulated hours; both arms run "
         f"the same fixed fleet ({w5['fleet_pairs']} pairs of {w5['pair_shape'][0]}P:{w5['pair_shape'][1]}D) and read "
         f"the same scraped metrics; the new revision is applied at the peak. Stable revision engine errors "
-        f"{_pct(w5['stable_error_prob'], 1)}. Gate sets: *example* = speed-pool.yaml's (TTFT p95 ≤ "
-        f"{w5['ttft_p95_target_ms'] / 1000:.3f} s and ≤ 1.2 × stable, ≥ 60 tok/s/user and ≥ 0.9 × stable, "
-        "errors ≤ 1 %, "
-        "local hits ≥ 0.9 × stable); *regression* = tokens/s/user and errors only. Times in seconds from the "
+        f"{_pct(w5['stable_error_prob'], 1)}. Gate sets (the rollout's analysis metrics; *example* = "
+        f"speed-pool.yaml's analysis, TTFT target {w5['ttft_p95_target_ms'] / 1000:.3f} s): "
+        + "; ".join(f"*{name}* = {', '.join(metrics)}" for name, metrics in w5.get("gate_sets", {}).items())
+        + ". Times in seconds from the "
         "canary's first request or mirror copy; observe = first breaching evaluation, decide = rollback decided, "
         "act = routing table stops sending keys to the canary. Pipeline floor (§7: scrape + window + "
         "interval × strikes + act): "
