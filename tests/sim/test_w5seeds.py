@@ -167,8 +167,35 @@ def test_runs_over_disjoint_seeds_merge_into_one_must_show(tmp_path: Path) -> No
         bench.merge_documents([a, _fleet_doc([_row(3, "errors", True, 0.0, 0.0004)], code="def")])
     for i, d in enumerate((a, b)):
         (tmp_path / f"{i}.json").write_text(json.dumps(d), encoding="utf-8")
-    args = argparse.Namespace(out=tmp_path / "m", inputs=[tmp_path / "0.json", tmp_path / "1.json"], no_plots=True)
+    args = argparse.Namespace(
+        out=tmp_path / "m", inputs=[tmp_path / "0.json", tmp_path / "1.json"], no_plots=True, across_code=False
+    )
     assert bench.cmd_fleet_merge(args) == 0
     assert json.loads((tmp_path / "m" / "fleet.json").read_text(encoding="utf-8"))["w5_seeds"]["seeds"] == [1, 2, 3]
     args.inputs = [tmp_path / "0.json", tmp_path / "0.json"]
     assert bench.cmd_fleet_merge(args) == 2
+
+
+def test_runs_of_two_code_revisions_merge_only_on_an_identical_replay() -> None:
+    """``fleet-merge --across-code``: seeds of a later revision count with the first's only when that revision
+    replayed one of the first's rows identically; the replayed row counts once, and the merged document names
+    both revisions."""
+    old = _fleet_doc([_row(1, "errors", True, 0.0, 0.0004), _row(2, "errors", True, 0.0, 0.0006)])
+    new_rows = [_row(2, "errors", True, 0.0, 0.0006), _row(3, "errors", True, 0.0, 0.0012)]
+    new = _fleet_doc(new_rows, code="def")
+    with pytest.raises(ValueError, match="the runs differ in code_revision"):
+        bench.merge_documents([old, new])
+    doc = bench.merge_documents([old, new], across_code=True)
+    assert doc["code_revision"] == "abc+def"
+    assert [r["seed"] for r in doc["w5_seeds"]["runs"]] == [1, 2, 3]
+    assert doc["w5_seeds"]["replayed"] == [[2, "errors", "example", "tandem"]]
+    assert doc["w5_seeds"]["summary"][0]["seeds"] == 3
+    assert "1 row ran on more than one and were identical" in bench.markdown(doc)
+    unlinked = _fleet_doc([_row(3, "errors", True, 0.0, 0.0012)], code="def")
+    with pytest.raises(ValueError, match="runs of def replay no"):
+        bench.merge_documents([old, unlinked], across_code=True)
+    drifted = _fleet_doc([_row(2, "errors", True, 0.0, 0.0007)], code="def")
+    with pytest.raises(ValueError, match="seed 2 errors/example tandem was replayed with a different result"):
+        bench.merge_documents([old, drifted], across_code=True)
+    with pytest.raises(ValueError, match="the runs differ in params_hash"):
+        bench.merge_documents([old, {**new, "params_hash": "p2"}], across_code=True)

@@ -168,6 +168,11 @@ def register(subparsers: Any) -> None:
     merge.add_argument("--out", type=Path, required=True, help="output directory")
     merge.add_argument("inputs", type=Path, nargs="+", help="fleet.json files")
     merge.add_argument("--no-plots", action="store_true")
+    merge.add_argument(
+        "--across-code",
+        action="store_true",
+        help="accept runs of several code revisions when each later one replays a row of the first identically",
+    )
     merge.set_defaults(func=cmd_fleet_merge)
 
 
@@ -263,20 +268,30 @@ MERGE_SAME: tuple[str, ...] = ("version", "code_revision", "profile", "params_ha
 """What every merged run must share: seeds of different code or parameters are not samples of one thing."""
 
 
-def merge_documents(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One ``fleet.json`` document from the W5 ``--seeds`` parts of ``docs`` (``tandem bench fleet-merge``)."""
+def merge_documents(docs: Sequence[dict[str, Any]], *, across_code: bool = False) -> dict[str, Any]:
+    """One ``fleet.json`` document from the W5 ``--seeds`` parts of ``docs`` (``tandem bench fleet-merge``).
+
+    ``across_code`` accepts runs of several code revisions (everything else in :data:`MERGE_SAME` still equal)
+    only when every later revision *replays* at least one (seed, canary, gate set, arm) of the first one with an
+    identical row (:func:`w5seeds.merge`): a change meant to leave W5's decisions alone has to show it on a
+    full-rate seed before its seeds count with the old ones. The merged ``code_revision`` names them all.
+    """
     if not docs:
         raise ValueError("nothing to merge")
     for key in MERGE_SAME:
         values = sorted({str(d.get(key)) for d in docs})
-        if len(values) > 1:
+        if len(values) > 1 and not (across_code and key == "code_revision"):
             raise ValueError(f"the runs differ in {key}: {', '.join(values)}")
     if any(not d.get("w5_seeds") for d in docs):
         raise ValueError("every input must hold W5 --seeds results (w5_seeds)")
-    merged = w5seeds.merge([d["w5_seeds"] for d in docs])
+    revisions = list(dict.fromkeys(str(d["code_revision"]) for d in docs))
+    if len(revisions) > 1:
+        _check_replays(docs, revisions)
+    merged = w5seeds.merge([d["w5_seeds"] for d in docs], replays=len(revisions) > 1)
     first = docs[0]
     return {
         **{k: first[k] for k in MERGE_SAME},
+        "code_revision": "+".join(revisions),
         "seed": min(merged["seeds"]),
         "scenarios": {},
         "w5": None,
@@ -290,10 +305,28 @@ def merge_documents(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _check_replays(docs: Sequence[dict[str, Any]], revisions: Sequence[str]) -> None:
+    def keys(rev: str) -> set[tuple[Any, ...]]:
+        return {
+            (r["seed"], r["canary"], r["gates"], r["arm"])
+            for d in docs
+            if str(d["code_revision"]) == rev
+            for r in d["w5_seeds"]["runs"]
+        }
+
+    first = keys(revisions[0])
+    for rev in revisions[1:]:
+        if not keys(rev) & first:
+            raise ValueError(
+                f"runs of {rev} replay no (seed, canary, gates, arm) that the runs of {revisions[0]} ran: replay "
+                "one to show both revisions decide alike"
+            )
+
+
 def cmd_fleet_merge(args: argparse.Namespace) -> int:
     try:
         docs = [json.loads(p.read_text(encoding="utf-8")) for p in args.inputs]
-        doc = merge_documents(docs)
+        doc = merge_documents(docs, across_code=args.across_code)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"tandem bench fleet-merge: {exc}", file=sys.stderr)
         return 2

@@ -146,33 +146,45 @@ def document(rows: Sequence[dict[str, Any]], seeds: Sequence[int]) -> dict[str, 
     }
 
 
-def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge(parts: Sequence[dict[str, Any]], *, replays: bool = False) -> dict[str, Any]:
     """One ``w5_seeds`` document from several runs' (``tandem bench fleet-merge``): their rows together and the
     summary recomputed over all of them.
 
     Why: 20 full-rate seeds take longer than a session on this machine, and one process uses one core; runs
     over disjoint seeds (in parallel, or in later sessions on the same code) add up to the Must show's count.
-    A (seed, canary, gate set, arm) present twice is refused: the same seed run twice is not two samples.
+    A (seed, canary, gate set, arm) present twice is refused: the same seed run twice is not two samples. With
+    ``replays`` (runs of several code revisions, ``--across-code``) a row present twice must be *identical* in
+    both runs, is kept once and is listed under ``replayed``: the evidence that the revisions decide alike.
     """
     rows: list[dict[str, Any]] = []
-    seen: set[tuple[Any, ...]] = set()
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    replayed: list[list[Any]] = []
     for part in parts:
         for row in part["runs"]:
             key = (row["seed"], row["canary"], row["gates"], row["arm"])
+            name = f"seed {key[0]} {key[1]}/{key[2]} {key[3]}"
             if key in seen:
-                raise ValueError(f"seed {key[0]} {key[1]}/{key[2]} {key[3]} is in more than one run")
-            seen.add(key)
+                if not replays:
+                    raise ValueError(f"{name} is in more than one run")
+                differ = sorted(k for k in row.keys() | seen[key].keys() if row.get(k) != seen[key].get(k))
+                if differ:
+                    raise ValueError(f"{name} was replayed with a different result ({', '.join(differ)})")
+                replayed.append(list(key))
+                continue
+            seen[key] = row
             rows.append(row)
     rows.sort(key=lambda r: r["seed"])
-    return document(rows, sorted({s for part in parts for s in part["seeds"]}))
+    doc = document(rows, sorted({s for part in parts for s in part["seeds"]}))
+    if replays:
+        doc["replayed"] = replayed
+    return doc
 
 
 def gates(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The Must-show checks as ``fleet.json`` gates (one per check and (variant, arm))."""
     out: list[dict[str, Any]] = []
-    n = len(doc["seeds"])
-    for s in doc["summary"]:
-        label = f"W5 × {n} seeds {s['canary']}/{s['gates']}"
+    for s in doc["summary"]:  # each variant's own seed count: a merge may hold more seeds of one gate set
+        label = f"W5 × {s['seeds']} seeds {s['canary']}/{s['gates']}"
         if s["canary"] == "good":
             out.append(
                 {
@@ -200,6 +212,18 @@ def gates(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _replayed_lines(replayed: Sequence[Sequence[Any]] | None) -> list[str]:
+    if not replayed:
+        return []
+    rows = "; ".join(f"seed {seed} {canary}/{gates} {arm}" for seed, canary, gates, arm in replayed)
+    return [
+        f"Runs of several code revisions (`fleet-merge --across-code`): {len(replayed)} "
+        f"row{'s' if len(replayed) != 1 else ''} ran on more than one and were identical in every field, so each "
+        f"counts once ({rows}).",
+        "",
+    ]
+
+
 def _fmt(v: Any, digits: int = 0) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:,.{digits}f}"
 
@@ -222,6 +246,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         "and the canary's weight at 0 for a minute, or promoted), so a promoted canary's share counts its "
         "requests up to the promotion.",
         "",
+        *_replayed_lines(doc.get("replayed")),
         "| canary/gates | arm | seeds | rolled back | promoted | no decision | detection median / max | act max "
         "| share median / max |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
