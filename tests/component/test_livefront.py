@@ -30,7 +30,17 @@ from tandem.api.labels import (
 from tandem.router.proxy import RouterConfig
 from tandem.router.server import start_router
 from tandem.router.tables import FileSource
-from tandem.routing import CONFIGMAP_KEY, Admission, Endpoint, KvTransfer, Pair, PairState, Revisions, RoutingTable
+from tandem.routing import (
+    CONFIGMAP_KEY,
+    Admission,
+    Endpoint,
+    KvTransfer,
+    Pair,
+    PairState,
+    Revisions,
+    RoutingTable,
+)
+from tandem.routing.table import DEFAULT_PAIR_WEIGHT
 from tandem_lab.dev.livefront import LiveFront
 from tandem_lab.dev.simlive import LiveMetrics
 from tandem_lab.sim.config import load_params
@@ -47,8 +57,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
-    """Two 1P+1D pairs on 127.77.<run>.{1..4} (one port; loopback addresses are ours), and their pods."""
+def fleet(connector: str, mirror: bool = False) -> tuple[RoutingTable, list[dict[str, Any]]]:
+    """Two 1P+1D pairs on 127.77.<run>.{1..4} (one port; loopback addresses are ours), and their pods. ``mirror``:
+    the second pair is a canary (``r2``) at 0 % of keys whose table mirrors it (a ``setMirrorPairs`` step)."""
     port, boot = free_port(), free_port()
     run = port % 250
     kv = KvTransfer(connector=connector, bootstrap_port=boot)
@@ -62,7 +73,7 @@ def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
                 LABEL_COMPONENT: COMPONENT_ENGINE,
                 LABEL_ROLE: role,
                 LABEL_POOL: "speed",
-                LABEL_REVISION: "r1",
+                LABEL_REVISION: _revision(i, mirror),
                 LABEL_PAIR: f"speed-p{i}",
             }
             pods.append(
@@ -76,7 +87,8 @@ def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
             Pair(
                 id=f"speed-p{i}",
                 index=i,
-                revision="r1",
+                revision=_revision(i, mirror),
+                weight=0 if mirror and i == 1 else DEFAULT_PAIR_WEIGHT,
                 state=PairState.SERVING,
                 prefill=endpoints["prefill"],
                 decode=endpoints["decode"],
@@ -88,7 +100,11 @@ def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
         namespace=NS,
         traffic_class="speed",
         admission=Admission(max_in_flight=64, max_queued=16),
-        revisions=Revisions(stable="r1"),
+        revisions=(
+            Revisions(stable="r1", canary="r2", canary_weight_percent=0, canary_mirror=True)
+            if mirror
+            else Revisions(stable="r1")
+        ),
         pairs=tuple(pairs),
         served_model_name=MODEL,
     )
@@ -98,6 +114,10 @@ def fleet(connector: str) -> tuple[RoutingTable, list[dict[str, Any]]]:
         "data": {CONFIGMAP_KEY: table.to_json()},
     }
     return table, [configmap, *pods]
+
+
+def _revision(i: int, mirror: bool) -> str:
+    return "r2" if mirror and i == 1 else "r1"
 
 
 class FakeKube:
@@ -164,6 +184,56 @@ async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Pa
         }
         assert sum(by_pair.values()) == outcomes["ok"]  # the router served every request the client saw complete
         assert set(by_pair) == {"speed-p0", "speed-p1"}
+    finally:
+        front.stop()
+        live.stop()
+        await router.stop()
+
+
+async def test_a_mirrored_canary_pair_is_paced_and_counted_by_the_live_model(tmp_path: Path) -> None:
+    """The router's mirror copies (``live-<n>-mirror``) reach the live model as copies of request n: the canary
+    pair's pods run and count them (what the gates read), the users' answers all come from stable, and the
+    model's client counters count each user request once."""
+    table, items = fleet("NixlConnector", mirror=True)
+    path = tmp_path / "speed-routing.json"
+    path.write_text(table.to_json())
+    router = await start_router([FileSource([path], interval_s=3600)], config=RouterConfig(prefill_timeout_s=10))
+    live = live_model(items, sessions=60, turns=4)
+    front = LiveFront(live, f"http://127.0.0.1:{router.port}", model=MODEL).start()
+    url = f"http://127.0.0.1:{router.metrics_port}/metrics"
+    try:
+        for _ in range(300):
+            if sum(front.outcome_counts().values()) >= 80:
+                break
+            await asyncio.sleep(0.1)
+        live.set_rate(0.0)
+        for _ in range(300):
+            if front.in_flight() == 0 and not live.fleet.outbox:
+                break
+            await asyncio.sleep(0.1)
+        copies: dict[str, float] = {}
+        for _ in range(100):  # copies end after their users' answers
+            async with aiohttp.ClientSession() as session, session.get(url) as resp:
+                text = await resp.text()
+            copies = {
+                sample.labels["outcome"]: sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "tandem_router_mirror_requests_total"
+            }
+            canary = live.fleet.pod_metrics(NS, "speed-p1-decode-0")
+            assert canary is not None
+            if copies.get("ok", 0) > 0 and canary.histograms[TTFT].count == copies.get("ok"):
+                break
+            await asyncio.sleep(0.1)
+        outcomes = front.outcome_counts()
+        assert set(outcomes) == {"ok"} and sum(outcomes.values()) >= 80, outcomes
+        assert copies.get("ok", 0) > 0 and set(copies) <= {"ok", "skipped_full"}, copies
+        canary = live.fleet.pod_metrics(NS, "speed-p1-decode-0")
+        stable = live.fleet.pod_metrics(NS, "speed-p0-decode-0")
+        assert canary is not None and stable is not None
+        assert canary.histograms[TTFT].count == copies["ok"]  # the canary's engine counted every copy
+        assert stable.histograms[TTFT].count == live.stats().completed == outcomes["ok"]  # users: stable only
     finally:
         front.stop()
         live.stop()

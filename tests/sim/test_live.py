@@ -658,6 +658,31 @@ def test_external_prefill_leg_the_model_cannot_take_says_why(serial_offset: int,
     assert why is not None and want in why
 
 
+def test_external_mirror_copy_runs_once_even_after_its_request_and_counts_only_on_its_pods() -> None:
+    """The router's copy of request n (``live-n-mirror``) comes in a task of its own, possibly after n ended:
+    the model runs it as a copy (its pods count it, the fleet's client counters do not), and only once."""
+    fleet, clock = make_fleet(FleetSpec(["r1", "r2"]), external_routing=True)
+    run(fleet, clock, 1.0)
+    serial = fleet.outbox[0][0]
+    legs, copy = Legs(), Legs()
+    assert fleet.enter_prefill(serial, NS, pod_name(0, "prefill"), legs.prefilled.append) is None
+    assert fleet.enter_decode(serial, NS, pod_name(0, "decode"), legs.first_at.append, legs.done.append) is None
+    run(fleet, clock, 20.0)
+    assert legs.done and legs.done[0]
+    before = fleet.stats()
+    canary = pod_name(1, "prefill"), pod_name(1, "decode")
+    assert fleet.enter_prefill(serial, NS, canary[0], copy.prefilled.append, mirror=True) is None
+    assert fleet.enter_decode(serial, NS, canary[1], copy.first_at.append, copy.done.append, mirror=True) is None
+    run(fleet, clock, 20.0)
+    assert copy.prefilled == [True] and copy.done == legs.done  # the same request, run again
+    after = fleet.stats()
+    assert (after.completed, after.routed, after.failed) == (before.completed, before.routed, before.failed)
+    decode = fleet.pod_metrics(NS, canary[1])
+    assert decode is not None and decode.histograms[TTFT].count == 1
+    why = fleet.enter_prefill(serial, NS, canary[0], lambda ok: None, mirror=True)
+    assert why is not None and "(copy) is not waiting" in why
+
+
 def test_external_decode_leg_before_its_prefill_leg_waits_for_it() -> None:
     fleet, clock = make_fleet(FleetSpec(["r1"]), external_routing=True)
     run(fleet, clock, 1.0)

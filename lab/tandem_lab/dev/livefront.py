@@ -37,7 +37,7 @@ from typing import Any, Final, TypeVar
 
 import aiohttp
 
-from tandem.router.request import BYTES_PER_TOKEN
+from tandem.router.request import BYTES_PER_TOKEN, MIRROR_ID_SUFFIX
 from tandem.routing import RoutingTable
 from tandem_lab.dev.enginedouble import EngineDouble, Paced, connector_options
 from tandem_lab.dev.simlive import LiveMetrics
@@ -83,12 +83,16 @@ def request_body(serial: int, arrival: Arrival, model: str) -> tuple[str, dict[s
     return "/v1/completions", {**common, "prompt": text}
 
 
-def serial_of(request_id: str) -> int | None:
-    """The arrival serial in a ``live-<serial>`` request id (None for any other id)."""
+def leg_of(request_id: str) -> tuple[int, bool] | None:
+    """(serial, is a mirror copy) of a ``live-<serial>`` id or of the router's copy of it,
+    ``live-<serial>-mirror`` (:data:`tandem.router.request.MIRROR_ID_SUFFIX`); None for any other id."""
     if not request_id.startswith(REQUEST_ID_PREFIX):
         return None
     tail = request_id[len(REQUEST_ID_PREFIX) :]
-    return int(tail) if tail.isdigit() else None
+    mirror = tail.endswith(MIRROR_ID_SUFFIX)
+    if mirror:
+        tail = tail[: -len(MIRROR_ID_SUFFIX)]
+    return (int(tail), mirror) if tail.isdigit() else None
 
 
 def _resolve(future: asyncio.Future[T], value: T) -> None:
@@ -106,9 +110,10 @@ class _PodPacer:
     loop: asyncio.AbstractEventLoop
 
     def pace(self, double: EngineDouble, request_id: str, prefill: bool) -> Paced:
-        serial = serial_of(request_id)
-        if serial is None:
+        leg = leg_of(request_id)
+        if leg is None:
             return Paced(status=400, message=f"{self.pod}: not a live request id: {request_id!r}")
+        serial, mirror = leg
         loop = self.loop
         done: asyncio.Future[int | None] = loop.create_future()
         if prefill:
@@ -116,7 +121,7 @@ class _PodPacer:
             def prefilled(ok: bool) -> None:
                 loop.call_soon_threadsafe(_resolve, done, 1 if ok else None)
 
-            why = self.live.enter_prefill(serial, self.namespace, self.pod, prefilled)
+            why = self.live.enter_prefill(serial, self.namespace, self.pod, prefilled, mirror=mirror)
             return Paced(status=503, message=why) if why else Paced(done=done)
         first: asyncio.Future[bool] = loop.create_future()
 
@@ -129,7 +134,7 @@ class _PodPacer:
             if n is None:
                 loop.call_soon_threadsafe(_resolve, first, False)
 
-        why = self.live.enter_decode(serial, self.namespace, self.pod, first_due, finished)
+        why = self.live.enter_decode(serial, self.namespace, self.pod, first_due, finished, mirror=mirror)
         return Paced(status=503, message=why) if why else Paced(first=first, done=done)
 
 

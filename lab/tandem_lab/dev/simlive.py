@@ -407,9 +407,11 @@ class LiveMetrics:
             box.clear()
             return taken
 
-    def enter_prefill(self, sid: int, namespace: str, pod: str, on_done: Callable[[bool], None]) -> str | None:
+    def enter_prefill(
+        self, sid: int, namespace: str, pod: str, on_done: Callable[[bool], None], *, mirror: bool = False
+    ) -> str | None:
         with self._lock:
-            return self.fleet.enter_prefill(sid, namespace, pod, on_done)
+            return self.fleet.enter_prefill(sid, namespace, pod, on_done, mirror=mirror)
 
     def enter_decode(
         self,
@@ -418,9 +420,11 @@ class LiveMetrics:
         pod: str,
         on_first: Callable[[float], None],
         on_done: Callable[[int | None], None],
+        *,
+        mirror: bool = False,
     ) -> str | None:
         with self._lock:
-            return self.fleet.enter_decode(sid, namespace, pod, on_first, on_done)
+            return self.fleet.enter_decode(sid, namespace, pod, on_first, on_done, mirror=mirror)
 
     def release(self, sid: int, *, rejected: bool) -> None:
         with self._lock:

@@ -60,7 +60,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal
@@ -92,6 +92,9 @@ from tandem_lab.sim.workload import BLOCK_TOKENS, Workload
 Role = Literal["prefill", "decode"]
 
 # vLLM's vocabulary (names, buckets, finished reasons) is tandem.enginemetrics's; re-exported for this module's users.
+COPYABLE_ARRIVALS: Final = 65_536
+"""External routing: arrivals whose mirror copy may still come (a copy's legs come within seconds of its
+request; this is minutes of the demo's traffic)."""
 TTFT_BUCKETS: Final = em.TTFT_BUCKETS
 TPOT_BUCKETS: Final = em.TPOT_BUCKETS
 LATENCY_BUCKETS: Final = em.LATENCY_BUCKETS
@@ -784,6 +787,9 @@ class LiveFleet:
         self.outbox: deque[tuple[int, Arrival]] = deque()
         """External routing: arrivals (serial, arrival) for the client to send, oldest first."""
         self._held: dict[int, _Req] = {}
+        self._copyable: OrderedDict[int, Arrival] = OrderedDict()
+        """External routing: the latest arrivals a router may still copy (``revisions.canaryMirror``); a copy of
+        request ``n`` is held as ``-n``. Bounded by :data:`COPYABLE_ARRIVALS`."""
         self._pod_pair: dict[tuple[str, str], _Pair] = {}
 
     # --- control ---------------------------------------------------------------------------------
@@ -1022,25 +1028,49 @@ class LiveFleet:
         self._sid += 1
         self._held[self._sid] = _Req(self._sid, arrival)
         self.outbox.append((self._sid, arrival))
+        copyable = self._copyable
+        copyable[self._sid] = arrival
+        if len(copyable) > COPYABLE_ARRIVALS:
+            copyable.popitem(last=False)
 
-    def _leg_pod(self, sid: int, namespace: str, name: str, role: Role) -> tuple[_Req, _Pod] | str:
-        req = self._held.get(sid)
-        if req is None or req.done:
-            return f"request {sid} is not waiting for a leg"
+    def _copy_of(self, sid: int) -> _Req | None:
+        """Request ``sid``'s mirror copy (held as ``-sid``), made when its first leg comes: the router copies a
+        request to a canary pair in a task of its own, whose legs may come after the original ended. One copy
+        per request: its arrival is taken when the copy is made."""
+        copy = self._held.get(-sid)
+        if copy is None:
+            arrival = self._copyable.pop(sid, None)
+            if arrival is None:
+                return None
+            copy = _Req(-sid, arrival)
+            copy.mirror = True
+            self._held[-sid] = copy
+        return copy
+
+    def _leg_pod(
+        self, sid: int, namespace: str, name: str, role: Role, mirror: bool = False
+    ) -> tuple[_Req, _Pod] | str:
         pod = self._pods.get((namespace, name))
         if pod is None or not pod.alive or pod.ref.role != role:
             return f"{namespace}/{name} is not a live {role} pod of the model"
+        req = self._copy_of(sid) if mirror else self._held.get(sid)
+        if req is None or req.done:
+            return f"request {sid}{' (copy)' if mirror else ''} is not waiting for a leg"
         return req, pod
 
-    def enter_prefill(self, sid: int, namespace: str, name: str, on_done: Callable[[bool], None]) -> str | None:
+    def enter_prefill(
+        self, sid: int, namespace: str, name: str, on_done: Callable[[bool], None], *, mirror: bool = False
+    ) -> str | None:
         """The router sent request ``sid``'s prefill leg to pod ``name``: queue it there.
 
         ``on_done(True)`` when its prefill finishes, ``on_done(False)`` when it fails (its pod went away).
         Returns why the leg cannot be taken (the caller answers an error), else None. A second prefill
         leg for one request (a router walking after a timeout) is refused: the first one still runs.
+        ``mirror``: the leg is of the request's mirror copy (the router's ``<id>-mirror``), which loads the pod
+        and its metrics like any request but none of the fleet's client counters.
         """
         self.advance()
-        found = self._leg_pod(sid, namespace, name, "prefill")
+        found = self._leg_pod(sid, namespace, name, "prefill", mirror)
         if isinstance(found, str):
             return found
         req, pod = found
@@ -1048,7 +1078,7 @@ class LiveFleet:
             return f"request {sid} already has a prefill leg on {req.ppod.ref.name}"
         pair = self._pod_pair.get((namespace, name))
         req.pair, req.ppod, req.on_prefill = pair, pod, on_done
-        self.c["routed"] += 1
+        self.c["routed"] += 0 if mirror else 1
         if pair is not None:
             pair.assigned += 1
             pair.queued += 1
@@ -1066,6 +1096,8 @@ class LiveFleet:
         name: str,
         on_first: Callable[[float], None],
         on_done: Callable[[int | None], None],
+        *,
+        mirror: bool = False,
     ) -> str | None:
         """The router sent request ``sid``'s decode leg to pod ``name``: it joins there once its KV arrived.
 
@@ -1077,7 +1109,7 @@ class LiveFleet:
         (failed, or an ``error_rate`` draw).
         """
         self.advance()
-        found = self._leg_pod(sid, namespace, name, "decode")
+        found = self._leg_pod(sid, namespace, name, "decode", mirror)
         if isinstance(found, str):
             return found
         req, d = found
@@ -1388,7 +1420,7 @@ class LiveFleet:
             pair.dirty = True
         req.queued = False
         self.c["failed"] += 0 if req.mirror else 1
-        if self.external and not req.mirror:
+        if self.external:  # a copy's legs are answered too (an internal copy has neither an entry nor callbacks)
             self._held.pop(req.sid, None)
             if req.on_prefill is not None:
                 req.on_prefill(False)

@@ -85,7 +85,15 @@ from tandem.router.metrics import (
     REJECT_NO_SERVING_PAIR,
     RouterMetrics,
 )
-from tandem.router.request import KIND_CHAT, KIND_COMPLETION, BadRequest, ClientRequest, mirror_request, parse_request
+from tandem.router.request import (
+    KIND_CHAT,
+    KIND_COMPLETION,
+    MIRROR_ID_SUFFIX,
+    BadRequest,
+    ClientRequest,
+    mirror_request,
+    parse_request,
+)
 from tandem.router.scrape import (
     DEFAULT_SCRAPE_INTERVAL_S,
     DEFAULT_SCRAPE_TIMEOUT_S,
@@ -385,7 +393,7 @@ class Router:
             if choice.skipped is not None:
                 self.metrics.mirrors.labels(pool, choice.skipped.id, choice.skipped.revision, MIRROR_FULL).inc()
             return
-        copy = _Request(mirror_request(state.creq), f"{state.request_id}-mirror", time.perf_counter())
+        copy = _Request(mirror_request(state.creq), state.request_id + MIRROR_ID_SUFFIX, time.perf_counter())
         copy.mirror = True
         copy.labels = (pool, pair.id, pair.revision)
         task = asyncio.ensure_future(self._run_mirror(request, table, pair, copy))

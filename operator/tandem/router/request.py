@@ -128,6 +128,10 @@ def parse_request(kind: str, body: Any) -> ClientRequest:
     )
 
 
+MIRROR_ID_SUFFIX: Final = "-mirror"
+"""A mirror copy's request id is its request's id with this suffix (engines and their logs can tell copies)."""
+
+
 def mirror_request(creq: ClientRequest) -> ClientRequest:
     """The copy of ``creq`` a mirrored canary pair gets: the same body with ``stream`` off (and no
     ``stream_options``), so its whole answer is read in one piece and dropped. The engine measures its TTFT,

@@ -6,7 +6,7 @@ import pytest
 
 from tandem.router.request import KIND_CHAT, KIND_COMPLETION, parse_request
 from tandem.routing import routing_key
-from tandem_lab.dev.livefront import BLOCK_CHARS, block_word, prompt_text, request_body, serial_of
+from tandem_lab.dev.livefront import BLOCK_CHARS, block_word, leg_of, prompt_text, request_body
 from tandem_lab.sim.live import Arrival
 
 SPEED_PREFIX_CHARS = 1000
@@ -61,11 +61,15 @@ def test_an_arrival_with_images_is_a_chat_with_an_image_part() -> None:
 @pytest.mark.parametrize(
     ("request_id", "want"),
     [
-        pytest.param("live-42", 42, id="live id"),
+        pytest.param("live-7", (7, False), id="a request"),
         pytest.param("live-", None, id="no serial"),
         pytest.param("live-4x", None, id="not a number"),
         pytest.param("abc-42", None, id="foreign id"),
+        pytest.param("live-7-mirror", (7, True), id="the router's copy of it"),
+        pytest.param("live--mirror", None, id="a copy of nothing"),
+        pytest.param("live-7-mirror-mirror", None, id="a copy of a copy"),
+        pytest.param("abc-7-mirror", None, id="a foreign id's copy"),
     ],
 )
-def test_serial_of_reads_only_live_request_ids(request_id: str, want: int | None) -> None:
-    assert serial_of(request_id) == want
+def test_leg_of_tells_a_request_from_its_mirror_copy(request_id: str, want: tuple[int, bool] | None) -> None:
+    assert leg_of(request_id) == want
