@@ -143,6 +143,32 @@ def live_model(items: list[dict[str, Any]], *, sessions: int, turns: int) -> Liv
     ).start()
 
 
+async def _send_then_drain(front: LiveFront, live: LiveMetrics, count: int) -> None:
+    """Let ``count`` client requests end, stop the arrivals, then let every request in flight finish (so the
+    client, the router and the model count the same requests)."""
+    for _ in range(300):
+        if sum(front.outcome_counts().values()) >= count:
+            break
+        await asyncio.sleep(0.1)
+    live.set_rate(0.0)
+    for _ in range(300):
+        if front.in_flight() == 0 and not live.fleet.outbox:
+            break
+        await asyncio.sleep(0.1)
+
+
+async def _router_samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The router's ``name`` samples (labels, value) from its /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        text = await resp.text()
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
 @pytest.mark.parametrize("connector", ["NixlConnector", "MooncakeConnector", "MoRIIOConnector"])
 async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Path, connector: str) -> None:
     table, items = fleet(connector)
@@ -152,15 +178,7 @@ async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Pa
     live = live_model(items, sessions=60, turns=4)
     front = LiveFront(live, f"http://127.0.0.1:{router.port}", model=MODEL).start()
     try:
-        for _ in range(300):
-            if sum(front.outcome_counts().values()) >= 80:
-                break
-            await asyncio.sleep(0.1)
-        live.set_rate(0.0)  # then let every request in flight finish, so both sides count the same requests
-        for _ in range(300):
-            if front.in_flight() == 0 and not live.fleet.outbox:
-                break
-            await asyncio.sleep(0.1)
+        await _send_then_drain(front, live, 80)
         outcomes = front.outcome_counts()
         assert sum(outcomes.values()) >= 80, outcomes
         assert set(outcomes) == {"ok"}, outcomes
@@ -174,14 +192,8 @@ async def test_the_live_models_arrivals_complete_through_the_router(tmp_path: Pa
         assert sum(served.values()) == stats.completed >= outcomes["ok"]
         assert stats.prefix_hits > 0  # later turns found their conversation's blocks on the same prefill
         url = f"http://127.0.0.1:{router.metrics_port}/metrics"
-        async with aiohttp.ClientSession() as session, session.get(url) as resp:
-            text = await resp.text()
-        by_pair = {
-            sample.labels["pair"]: sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "tandem_router_requests_total" and sample.labels["outcome"] == "ok"
-        }
+        oks = await _router_samples(url, "tandem_router_requests_total")
+        by_pair = {labels["pair"]: value for labels, value in oks if labels["outcome"] == "ok"}
         assert sum(by_pair.values()) == outcomes["ok"]  # the router served every request the client saw complete
         assert set(by_pair) == {"speed-p0", "speed-p1"}
     finally:
@@ -202,24 +214,12 @@ async def test_a_mirrored_canary_pair_is_paced_and_counted_by_the_live_model(tmp
     front = LiveFront(live, f"http://127.0.0.1:{router.port}", model=MODEL).start()
     url = f"http://127.0.0.1:{router.metrics_port}/metrics"
     try:
-        for _ in range(300):
-            if sum(front.outcome_counts().values()) >= 80:
-                break
-            await asyncio.sleep(0.1)
-        live.set_rate(0.0)
-        for _ in range(300):
-            if front.in_flight() == 0 and not live.fleet.outbox:
-                break
-            await asyncio.sleep(0.1)
+        await _send_then_drain(front, live, 80)
         copies: dict[str, float] = {}
         for _ in range(100):  # copies end after their users' answers
-            async with aiohttp.ClientSession() as session, session.get(url) as resp:
-                text = await resp.text()
             copies = {
-                sample.labels["outcome"]: sample.value
-                for family in text_string_to_metric_families(text)
-                for sample in family.samples
-                if sample.name == "tandem_router_mirror_requests_total"
+                labels["outcome"]: value
+                for labels, value in await _router_samples(url, "tandem_router_mirror_requests_total")
             }
             canary = live.fleet.pod_metrics(NS, "speed-p1-decode-0")
             assert canary is not None
