@@ -62,6 +62,18 @@ def test_must_show_checks(rows: list[dict[str, object]], want: dict[str, bool]) 
     assert any("W5 over" in line for line in w5seeds.markdown(doc))
 
 
+def test_act_check_names_the_seeds_that_have_no_act() -> None:
+    """A seed with no rollback has no act: the check fails there and its value says which seed, not just the
+    slowest act that exists."""
+    rows = [_row(9, "errors", True, 0.0, 0.0), _row(28, "errors", False, None, 0.0), _row(30, "tpot", True, 0.0, 0.0)]
+    doc = w5seeds.document(rows, [9, 28, 30])
+    values = {g["gate"]: g["value"] for g in w5seeds.gates(doc) if "act" in g["gate"]}
+    assert values == {
+        "W5 × 2 seeds errors/example: act ≤ 30 s": "max 0 s; no act in seed 28",
+        "W5 × 1 seeds tpot/example: act ≤ 30 s": "max 0 s",
+    }
+
+
 def test_two_seeds_run_the_tandem_arm_and_keep_only_metrics() -> None:
     p = load_params()
     for gate in p.policies.tandem_rollout["analysis"]["metrics"]:

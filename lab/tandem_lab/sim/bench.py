@@ -307,12 +307,7 @@ def merge_documents(docs: Sequence[dict[str, Any]], *, across_code: bool = False
 
 def _check_replays(docs: Sequence[dict[str, Any]], revisions: Sequence[str]) -> None:
     def keys(rev: str) -> set[tuple[Any, ...]]:
-        return {
-            (r["seed"], r["canary"], r["gates"], r["arm"])
-            for d in docs
-            if str(d["code_revision"]) == rev
-            for r in d["w5_seeds"]["runs"]
-        }
+        return {w5seeds.row_key(r) for d in docs if str(d["code_revision"]) == rev for r in d["w5_seeds"]["runs"]}
 
     first = keys(revisions[0])
     for rev in revisions[1:]:

@@ -56,6 +56,12 @@ ROW_KEYS: Final = (
 )
 
 
+def row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What one row is a sample of: (seed, canary, gate set, arm). Two rows with one key are one sample run twice
+    (refused by :func:`merge`, or a replay under ``--across-code``)."""
+    return (row["seed"], row["canary"], row["gates"], row["arm"])
+
+
 def run_w5_seeds(
     config: ScenarioConfig,
     seeds: Sequence[int],
@@ -103,6 +109,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "detection_median_s": statistics.median(det) if det else None,
             "detection_max_s": max(det) if det else None,
             "act_max_s": max(act) if act else None,
+            "seeds_without_act": sorted(r["seed"] for r in rs if not _finite([r["act_s"]])),
             "share_median": statistics.median(share) if share else None,
             "share_max": max(share) if share else None,
         }
@@ -161,7 +168,7 @@ def merge(parts: Sequence[dict[str, Any]], *, replays: bool = False) -> dict[str
     replayed: list[list[Any]] = []
     for part in parts:
         for row in part["runs"]:
-            key = (row["seed"], row["canary"], row["gates"], row["arm"])
+            key = row_key(row)
             name = f"seed {key[0]} {key[1]}/{key[2]} {key[3]}"
             if key in seen:
                 if not replays:
@@ -198,7 +205,7 @@ def gates(doc: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         checks = (
             ("rolled back in every seed", "every_seed_rolled_back", f"{s['rolled_back']}/{s['seeds']}"),
-            (f"act ≤ {ACT_LIMIT_S:.0f} s", "act_within_limit", f"max {_fmt(s['act_max_s'])} s"),
+            (f"act ≤ {ACT_LIMIT_S:.0f} s", "act_within_limit", _act_value(s)),
             (
                 f"exposure < {100 * EXPOSURE_LIMIT:.1f} % of all requests",
                 "exposure_below_limit",
@@ -210,6 +217,16 @@ def gates(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 {"scenario": "W5", "policy": s["arm"], "gate": f"{label}: {text}", "pass": s[key], "value": value}
             )
     return out
+
+
+def _act_value(summary: dict[str, Any]) -> str:
+    """The act check's value: the slowest act, and the seeds that have none (no rollback: nothing took effect,
+    so the check cannot pass there even when every act that exists is fast)."""
+    value = f"max {_fmt(summary['act_max_s'])} s"
+    missing = summary.get("seeds_without_act") or []
+    if missing:
+        value += f"; no act in seed{'s' if len(missing) > 1 else ''} {', '.join(str(s) for s in missing)}"
+    return value
 
 
 def _replayed_lines(replayed: Sequence[Sequence[Any]] | None) -> list[str]:
