@@ -23,7 +23,7 @@ from tandem.builders.pods import InstanceParams, build_instance_pod
 from tandem.core.observed import ObservedNode, Snapshot
 from tandem.core.placement import DEVICE_IDS
 from tandem.core.plan import Plan, plan_pool
-from tandem.core.rollout import canary_pair_load, canary_target, like_load, mirrors, stable_beside
+from tandem.core.rollout import canary_pair_load, canary_target, like_load, mirrors, step_pairs
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +67,8 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
     replicas = spec.pairs.replicas
     all_steps = list(spec.rollout.steps)
     for index, step in enumerate(all_steps):
-        canary, weight = canary_target(all_steps, index, replicas)
+        _, weight = canary_target(all_steps, index, replicas)
+        canary, stable = step_pairs(all_steps, index, replicas, spec.rollout.max_surge)
         raw = canary_pair_load(all_steps, index, replicas, spec.rollout.max_surge)
         load = None if raw is None else round(raw, 2)
         action = step.model_dump(by_alias=True, exclude_none=True)
@@ -77,7 +78,7 @@ def preview(pool: InferencePool, nodes: list[ObservedNode]) -> tuple[Plan, dict[
                 "step": label,
                 "action": action,
                 "canaryPairs": canary,
-                "stablePairs": stable_beside(canary, replicas, spec.rollout.max_surge),
+                "stablePairs": stable,
                 "canaryTrafficPercent": weight,
                 "canaryMirrored": mirrors(all_steps, index),
                 "canaryPairLoad": load,

@@ -216,20 +216,40 @@ def like_load(load: float) -> bool:
     return LIKE_LOAD_RATIO <= load <= 1 / LIKE_LOAD_RATIO
 
 
-def fits_surge(canary: int, replicas: int, room: int | None) -> bool:
+def fits_surge(canary: int, replicas: int, room: int | None, *, mirror: bool = False) -> bool:
     """Whether ``canary`` pairs run beside every stable pair: the canary fits the surge ``room`` and leaves stable at
-    least one pair. ``room`` None = not computed (a caller that does not place pairs): capacity-first. The planner
-    passes the measured :func:`surge_room`; ``tandem plan``, which cannot see free GPUs, passes ``maxSurge``."""
-    return room is not None and 0 < canary <= room and canary < replicas
+    least one pair (a mirrored canary serves no key, so it may have as many pairs as stable). ``room`` None = not
+    computed (a caller that does not place pairs): capacity-first. The planner passes the measured
+    :func:`surge_room`; ``tandem plan``, which cannot see free GPUs, passes ``maxSurge``."""
+    return room is not None and 0 < canary <= room and (mirror or canary < replicas)
 
 
-def stable_beside(canary: int, replicas: int, room: int | None) -> int:
+def stable_beside(canary: int, replicas: int, room: int | None, *, mirror: bool = False) -> int:
     """Stable pairs serving beside ``canary`` canary pairs: all ``replicas`` with surge (:func:`fits_surge`), else
-    ``replicas`` minus the canary's (capacity-first); 0 once the canary has them all. The one rule for both the
-    planner's targets and ``tandem plan``'s preview."""
+    ``replicas`` minus the canary's (capacity-first); 0 once the canary has them all."""
+    if fits_surge(canary, replicas, room, mirror=mirror):
+        return replicas
     if canary >= replicas:
         return 0
-    return replicas if fits_surge(canary, replicas, room) else replicas - canary
+    return replicas - canary
+
+
+def step_pairs(steps: list[RolloutStep], index: int, replicas: int, room: int | None) -> tuple[int, int]:
+    """(canary, stable) pairs at step ``index`` for the surge ``room``: the one rule for the planner's targets, the
+    step's completion and ``tandem plan``'s preview.
+
+    :func:`canary_target`'s count, except a mirror step that does not fit the surge room: its pairs answer no user,
+    so capacity-first it may take at most ``replicas − 1`` of stable's. Taking them all left a mirrored canary the
+    only pairs in the table, and the router sent it every request (the simulator's 1 % W5 with ``setMirrorPairs: 2``
+    on 2 pairs: the erroring canary served all 1,168 users' requests and its gates saw no stable baseline). With one
+    replica a mirror step without surge room gets no pair: its analysis sees no data and ``onNoData`` decides.
+    Example: replicas 8, ``setMirrorPairs: 2``: room 2 → (2, 8); room 1 → (2, 6), capacity-first; replicas 2,
+    room 2 → (2, 2); replicas 2, room 0 → (1, 1)."""
+    canary, _ = canary_target(steps, index, replicas)
+    mirror = mirrors(steps, index)
+    if mirror and not fits_surge(canary, replicas, room, mirror=True):
+        canary = min(canary, replicas - 1)
+    return canary, stable_beside(canary, replicas, room, mirror=mirror)
 
 
 def canary_pair_load(steps: list[RolloutStep], index: int, replicas: int, max_surge: int) -> float | None:
@@ -244,8 +264,8 @@ def canary_pair_load(steps: list[RolloutStep], index: int, replicas: int, max_su
     replicas 8, maxSurge 2,
     ``setWeight: 5`` → 1 canary pair with 5 % of keys beside 8 stable pairs with 11.9 % each: ×0.42;
     ``setWeight: 50`` → 4 canary pairs, capacity-first against 4 stable: ×1.0; ``setCanaryPairs: 1``: ×1.0."""
-    canary, weight = canary_target(steps, index, replicas)
-    stable = stable_beside(canary, replicas, max_surge)
+    _, weight = canary_target(steps, index, replicas)
+    canary, stable = step_pairs(steps, index, replicas, max_surge)
     if canary <= 0 or stable <= 0:
         return None
     if weight is None or mirrors(steps, index):
@@ -461,7 +481,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     if index >= len(steps):
         return _promote(inp, status, stable, desired, events)
     step = steps[index]
-    want_canary, _ = canary_target(steps, index, replicas)
+    want_canary, want_stable = step_pairs(steps, index, replicas, inp.surge_room)
     started = status.step_started_at or now
     done = False
     failed_reason = ""
@@ -470,7 +490,7 @@ def plan_rollout(inp: RolloutInputs) -> RolloutDecision:
     gates = list(status.gates)
     if is_set_step(step):
         cc, sc = counts(desired), counts(stable)
-        done = cc.ready >= want_canary and sc.live <= stable_target(inp, want_canary)
+        done = cc.ready >= want_canary and sc.live <= want_stable
         if cc.ready > inp.previous_canary_ready or status.progress_at is None:
             status = status.model_copy(update={"progress_at": now})
         last_progress = max(started, status.progress_at or started)
@@ -578,13 +598,14 @@ def _progressing(
     steps = list(inp.spec.rollout.steps)
     replicas = inp.spec.pairs.replicas
     index = min(status.step_index, len(steps) - 1)
-    want, _ = canary_target(steps, index, replicas)
-    note = capacity_note(inp, want)
+    want, want_stable = step_pairs(steps, index, replicas, inp.surge_room)
+    mirror = mirrors(steps, index)
+    note = capacity_note(inp, want, mirror)
     if note and (not status.message or status.message.startswith(("rolling out ", "canary capacity-first"))):
         status = status.model_copy(update={"message": note})
     elif not note and status.message.startswith("canary capacity-first"):
         status = status.model_copy(update={"message": ""})
-    targets = {stable: stable_target(inp, want), desired: want}
+    targets = {stable: want_stable, desired: want}
     if extra_zero and extra_zero not in targets:
         targets[extra_zero] = 0
     at = published_index(inp, steps, index, desired, want)
@@ -596,7 +617,7 @@ def _progressing(
         canary_weight_percent=canary_target(steps, at, replicas)[1],  # at -1: no set step yet, 0 %
         canary_mirror=mirrors(steps, at),
         events=tuple(events),
-        progressing_reason=progress_reason(inp, want),
+        progressing_reason=progress_reason(inp, want, mirror),
         message=status.message,
     )
 
@@ -616,34 +637,34 @@ def published_index(inp: RolloutInputs, steps: list[RolloutStep], index: int, de
     both Ready the step completes, the analysis step starts and the table gets 2 % in the same pass.
     """
     step = steps[index] if steps else None
-    if step is None or not is_set_step(step) or not surges(inp, want):
+    if step is None or not is_set_step(step) or not surges(inp, want, step.set_mirror_pairs is not None):
         return index
     if inp.counts.get(desired, RevisionCounts()).ready >= want:
         return index
     return index - 1
 
 
-def surges(inp: RolloutInputs, want: int) -> bool:
+def surges(inp: RolloutInputs, want: int, mirror: bool = False) -> bool:
     """Whether ``want`` canary pairs run beside every stable pair (module docstring)."""
-    return fits_surge(want, inp.spec.pairs.replicas, inp.surge_room)
+    return fits_surge(want, inp.spec.pairs.replicas, inp.surge_room, mirror=mirror)
 
 
-def stable_target(inp: RolloutInputs, want: int) -> int:
-    """Stable pairs while the canary has ``want``: all of them with surge, the rest capacity-first."""
-    return stable_beside(want, inp.spec.pairs.replicas, inp.surge_room)
-
-
-def progress_reason(inp: RolloutInputs, want: int) -> str:
+def progress_reason(inp: RolloutInputs, want: int, mirror: bool = False) -> str:
     """``CanaryCapacityFirst`` when the planner computed the surge room and the step's canary did not fit."""
-    if inp.surge_room is not None and want > 0 and not surges(inp, want):
+    if inp.surge_room is not None and want > 0 and not surges(inp, want, mirror):
         return REASON_CAPACITY_FIRST
     return c.REASON_ROLLOUT_IN_PROGRESS
 
 
-def capacity_note(inp: RolloutInputs, want: int) -> str:
+def capacity_note(inp: RolloutInputs, want: int, mirror: bool = False) -> str:
     """The status message's reason for a capacity-first step ("" with surge or when not computed)."""
-    if progress_reason(inp, want) != REASON_CAPACITY_FIRST:
+    if progress_reason(inp, want, mirror) != REASON_CAPACITY_FIRST:
         return ""
+    if mirror:
+        return (
+            f"canary capacity-first: {want} mirrored canary pair(s) do not fit the surge room ({inp.surge_room}: "
+            "maxSurge, gpuBudget, free GPUs); stable serves every user on the pairs left and at least one"
+        )
     return (
         f"canary capacity-first: {want} canary pair(s) do not fit the surge room ({inp.surge_room}: maxSurge, "
         "gpuBudget, free GPUs); stable drains as the canary comes up and a rollback must reload it"
