@@ -2,8 +2,8 @@
 
 The pool takes `examples/speed-pool.yaml`'s `rollout.analysis` unchanged (compare gates, errors with a
 floor, local-kv-hits, the cold-cache warm-up, interval 30 s, initialDelay 60 s, successStreak 3,
-failureLimit 1, the TTFT gate's own 2) and its first step (`setMirrorPairs: 1`: one surge pair that gets copies and
-serves no key); only the pool's size and the steps after the first analysis are the test's. Engine metrics come from
+failureLimit 1, the TTFT gate's own 2) and its first step (`setMirrorPairs: 4`: four surge pairs that get copies and
+serve no key); only the pool's size and the steps after the first analysis are the test's. Engine metrics come from
 the test exporter, scripted per revision (they stand for the copies the router would send):
 
 - a good version behaves like stable and is promoted;
@@ -31,6 +31,9 @@ from tests.cluster.test_canary import FloorObserver, revision_of, routing, statu
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 
 REPLICAS = 3
+MIRRORED = 4
+"""The example's first step mirrors four surge pairs (capped at the test pool's 3 replicas); the test's pool has room
+for them beside stable's."""
 IMAGE = "docker.io/vllm/vllm-openai-rocm:{tag}@sha256:" + "ef" * 32
 EXAMPLE = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())
 EXAMPLE_ANALYSIS = EXAMPLE["spec"]["rollout"]["analysis"]
@@ -40,14 +43,14 @@ def pool_manifest(node_selector: dict[str, str], version: str = "v1") -> dict[st
     obj: dict[str, Any] = copy.deepcopy(yaml.safe_load((REPO / "examples" / "minimal-pool.yaml").read_text()))
     obj["metadata"]["name"] = "speed"
     first = EXAMPLE["spec"]["rollout"]["steps"][0]
-    assert first == {"setMirrorPairs": 1}, first  # the example's first step: one mirrored pair
+    assert first == {"setMirrorPairs": MIRRORED}, first  # the example's first step: four mirrored pairs
     obj["spec"].update(
         {
             "stack": {"version": version, "image": IMAGE.format(tag=version)},
             "pairs": {"replicas": REPLICAS, "drainTimeout": "2s"},
             "placement": {"nodeSelector": node_selector},
             "rollout": {
-                "maxSurge": 1,
+                "maxSurge": MIRRORED,
                 "maxUnavailable": 0,
                 "progressDeadline": "5m",
                 # The example's first exposure and analysis; its eval step needs an eval image, its bake
@@ -69,7 +72,7 @@ def example_env(
     prometheus: PrometheusServer,
     live_metrics: Exporter,
 ) -> tuple[Kubectl, str, GpuNodes, Exporter]:
-    gpu_nodes.add(REPLICAS + 1)
+    gpu_nodes.add(REPLICAS + min(MIRRORED, REPLICAS))
     operator_factory([ns], extra_args=[f"--prometheus-url={prometheus.url}", "--scrape-interval=1"])
     crds.run("apply", "-n", ns, "-f", "-", stdin=json.dumps(pool_manifest(gpu_nodes.selector)))
     wait_until("stable pairs Ready", lambda: status(crds, ns).get("pairs", {}).get("ready") == REPLICAS, timeout_s=120)
@@ -125,8 +128,11 @@ def test_slow_cold_version_is_rolled_back_inside_the_warm_up(example_env: Any) -
     exporter.set_revision(bad, ttft_multiplier=3.0, prefix_hit_ratio=0.3)
     kube.run("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
     wait_until("canary analysing", lambda: status(kube, ns)["rollout"].get("stepIndex") == 1, timeout_s=120)
-    mirrored = routing(kube, ns)  # the example's first step: the canary pair gets copies and serves no key
+    mirrored = routing(kube, ns)  # the example's first step: the canary pairs get copies and serve no key
     assert mirrored["revisions"].get("canaryMirror") is True, mirrored["revisions"]
+    # A mirror step has at most as many pairs as stable (core.rollout.canary_target): 3 of the example's 4 here.
+    want = min(MIRRORED, REPLICAS)
+    assert len({p["id"] for p in mirrored["pairs"] if p["revision"] == bad}) == want, mirrored["pairs"]
     assert [p for p in mirrored["pairs"] if p["revision"] == bad and p["state"] == "serving" and p["weight"] > 0] == []
     assert status(kube, ns)["revisions"]["canary"].get("mirrored") is True
     started = time.monotonic()

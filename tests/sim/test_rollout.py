@@ -466,13 +466,13 @@ def test_a_step_window_gate_is_answered_over_the_whole_step() -> None:
 def test_w5s_example_gate_set_is_the_examples_analysis() -> None:
     """W5's ``example`` set must be ``examples/speed-pool.yaml``'s analysis: the local-kv-hits gate had drifted to
     the old ``result >= baseline * 0.9`` after the example moved to the score test. Only the eval Job (no eval
-    image in the simulator) is left out. The steps up to the second analysis are the example's (one mirrored pair, then
-    the same pair serving a stable pair's share of keys); the later ones are W5's own."""
+    image in the simulator) is left out. The steps up to the second analysis are the example's (four mirrored pairs,
+    then one of them serving a stable pair's share of keys); the later ones are W5's own, and so is maxSurge."""
     example = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["analysis"]
     simulated = load_params().policies.tandem_rollout["analysis"]
     assert simulated == {k: v for k, v in example.items() if k != "eval"}
     example_steps = yaml.safe_load((REPO / "examples" / "speed-pool.yaml").read_text())["spec"]["rollout"]["steps"]
     simulated_steps = load_params().policies.tandem_rollout["steps"]
-    assert simulated_steps[0] == example_steps[0] == {"setMirrorPairs": 1}
+    assert simulated_steps[0] == example_steps[0] == {"setMirrorPairs": 4}
     assert simulated_steps[2] == example_steps[2] == {"setCanaryPairs": 1}
     assert all("analysis" in steps[i] for steps in (simulated_steps, example_steps) for i in (1, 3))
