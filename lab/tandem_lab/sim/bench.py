@@ -341,7 +341,7 @@ def _describe(sc: str) -> str:
         "W1": "Mooncake conversation trace x k, prefix-root multiplication",
         "W2": "agentic week from the generator, speed pool",
         "W3": "W2 Monday-Tuesday with Gamma arrivals (CV 2) and a 2x step at Tuesday's peak",
-        "W5": "bad canary on a one-pair first step, Tuesday peak window",
+        "W5": "bad canary behind a mirror first step, Tuesday peak window",
     }[sc]
 
 

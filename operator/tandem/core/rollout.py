@@ -637,33 +637,34 @@ def published_index(inp: RolloutInputs, steps: list[RolloutStep], index: int, de
     both Ready the step completes, the analysis step starts and the table gets 2 % in the same pass.
     """
     step = steps[index] if steps else None
-    if step is None or not is_set_step(step) or not surges(inp, want, step.set_mirror_pairs is not None):
+    if step is None or not is_set_step(step) or not surges(inp, want, mirrors(steps, index)):
         return index
     if inp.counts.get(desired, RevisionCounts()).ready >= want:
         return index
     return index - 1
 
 
-def surges(inp: RolloutInputs, want: int, mirror: bool = False) -> bool:
+def surges(inp: RolloutInputs, want: int, mirror: bool) -> bool:
     """Whether ``want`` canary pairs run beside every stable pair (module docstring)."""
     return fits_surge(want, inp.spec.pairs.replicas, inp.surge_room, mirror=mirror)
 
 
-def progress_reason(inp: RolloutInputs, want: int, mirror: bool = False) -> str:
+def progress_reason(inp: RolloutInputs, want: int, mirror: bool) -> str:
     """``CanaryCapacityFirst`` when the planner computed the surge room and the step's canary did not fit."""
     if inp.surge_room is not None and want > 0 and not surges(inp, want, mirror):
         return REASON_CAPACITY_FIRST
     return c.REASON_ROLLOUT_IN_PROGRESS
 
 
-def capacity_note(inp: RolloutInputs, want: int, mirror: bool = False) -> str:
+def capacity_note(inp: RolloutInputs, want: int, mirror: bool) -> str:
     """The status message's reason for a capacity-first step ("" with surge or when not computed)."""
     if progress_reason(inp, want, mirror) != REASON_CAPACITY_FIRST:
         return ""
     if mirror:
         return (
             f"canary capacity-first: {want} mirrored canary pair(s) do not fit the surge room ({inp.surge_room}: "
-            "maxSurge, gpuBudget, free GPUs); stable serves every user on the pairs left and at least one"
+            "maxSurge, gpuBudget, free GPUs); stable drains as they come up and serves every user on the pairs it "
+            "keeps (at least one)"
         )
     return (
         f"canary capacity-first: {want} canary pair(s) do not fit the surge room ({inp.surge_room}: maxSurge, "
