@@ -173,6 +173,9 @@ def test_runs_over_disjoint_seeds_merge_into_one_must_show(tmp_path: Path) -> No
     got = {g["gate"].split(": ", 1)[1]: g["pass"] for g in doc["gates"]}
     assert got == {"rolled back in every seed": True, "act ≤ 30 s": True, "exposure < 0.1 % of all requests": False}
     assert "W5 over 3 seeds (seeds 1–3)" in bench.markdown(doc)
+    assert "- runs merged: 2\n" in bench.markdown(doc)
+    c = _fleet_doc([_row(4, "errors", True, 0.0, 0.0004)])
+    assert bench.merge_documents([doc, c])["timing"]["runs merged"] == 3  # a merged file counts its own runs
     with pytest.raises(ValueError, match="seed 1 errors/example tandem is in more than one run"):
         bench.merge_documents([a, a])
     with pytest.raises(ValueError, match="the runs differ in code_revision"):

@@ -299,7 +299,8 @@ def merge_documents(docs: Sequence[dict[str, Any]], *, across_code: bool = False
         "gates": w5seeds.gates(merged),
         "timing": {
             "W5_seeds_s": round(sum(float(d.get("timing", {}).get("W5_seeds_s", 0.0)) for d in docs), 3),
-            "runs merged": len(docs),
+            # a merged file may be merged again (later seeds added): count the runs it already holds
+            "runs merged": sum(int(d.get("timing", {}).get("runs merged", 1)) for d in docs),
             "machine": first.get("timing", {}).get("machine", {}),
         },
     }
@@ -567,7 +568,10 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", *where_tandem_loses(doc), ""]
     lines += ["## Timing (wall clock, informational)", ""]
     t = doc["timing"]
-    lines += [f"- {k}: {_num(v, 1)} s" for k, v in t.items() if not isinstance(v, dict)]
+    # wall times are the ``*_s`` keys; anything else (the count of runs merged) has no unit
+    lines += [
+        f"- {k}: {_num(v, 1)} s" if k.endswith("_s") else f"- {k}: {v}" for k, v in t.items() if not isinstance(v, dict)
+    ]
     lines.append(f"- machine: {t.get('machine', {})}")
     lines.append("")
     return "\n".join(lines)
