@@ -214,3 +214,7 @@ def test_runs_of_two_code_revisions_merge_only_on_an_identical_replay() -> None:
         bench.merge_documents([old, drifted], across_code=True)
     with pytest.raises(ValueError, match="the runs differ in params_hash"):
         bench.merge_documents([old, {**new, "params_hash": "p2"}], across_code=True)
+    with pytest.raises(ValueError, match="seed 1 errors/example tandem is in more than one run of abc"):
+        bench.merge_documents([old, old, new], across_code=True)  # the same run twice is no replay
+    with pytest.raises(ValueError, match="seed 2 errors/example tandem is in more than one run of def"):
+        bench.merge_documents([doc, new], across_code=True)  # the merged file holds def's rows already
