@@ -307,22 +307,22 @@ def merge_documents(docs: Sequence[dict[str, Any]], *, across_code: bool = False
 
 
 def _check_replays(docs: Sequence[dict[str, Any]], revisions: Sequence[str]) -> None:
-    def keys(rev: str) -> set[tuple[Any, ...]]:
-        return {w5seeds.row_key(r) for d in docs if str(d["code_revision"]) == rev for r in d["w5_seeds"]["runs"]}
-
-    # a row in two runs that share a revision is the same run passed twice, not a replay; a merged file's
-    # code_revision names every revision it holds ("a+b"), so it shares them all
     def rows(d: dict[str, Any]) -> set[tuple[Any, ...]]:
         return {w5seeds.row_key(r) for r in d["w5_seeds"]["runs"]}
 
+    def keys(rev: str) -> set[tuple[Any, ...]]:
+        return set().union(*(rows(d) for d in docs if str(d["code_revision"]) == rev))
+
+    def holds(d: dict[str, Any]) -> set[str]:
+        # a merged file's code_revision names every revision it holds ("a+b"); git's "+dirty" is not one
+        return set(str(d["code_revision"]).split("+")) - {"dirty"}
+
+    # a row in two runs that share a revision is the same run passed twice, not a replay
     for i, a in enumerate(docs):
         for b in docs[i + 1 :]:
-            shared = set(str(a["code_revision"]).split("+")) & set(str(b["code_revision"]).split("+"))
-            if shared and (twice := rows(a) & rows(b)):
-                key = min(twice, key=str)
-                raise ValueError(
-                    f"seed {key[0]} {key[1]}/{key[2]} {key[3]} is in more than one run of {'+'.join(sorted(shared))}"
-                )
+            if (shared := holds(a) & holds(b)) and (twice := rows(a) & rows(b)):
+                name = w5seeds.key_name(min(twice, key=str))
+                raise ValueError(f"{name} is in more than one run of {'+'.join(sorted(shared))}")
 
     first = keys(revisions[0])
     for rev in revisions[1:]:

@@ -62,6 +62,11 @@ def row_key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["seed"], row["canary"], row["gates"], row["arm"])
 
 
+def key_name(key: tuple[Any, ...]) -> str:
+    """A :func:`row_key` as the merge's messages spell it: ``seed 3 errors/example tandem``."""
+    return f"seed {key[0]} {key[1]}/{key[2]} {key[3]}"
+
+
 def run_w5_seeds(
     config: ScenarioConfig,
     seeds: Sequence[int],
@@ -169,7 +174,7 @@ def merge(parts: Sequence[dict[str, Any]], *, replays: bool = False) -> dict[str
     for part in parts:
         for row in part["runs"]:
             key = row_key(row)
-            name = f"seed {key[0]} {key[1]}/{key[2]} {key[3]}"
+            name = key_name(key)
             if key in seen:
                 if not replays:
                     raise ValueError(f"{name} is in more than one run")
