@@ -23,7 +23,8 @@ from tandem.api.pool import AnalysisSpec, MetricGate
 from tandem.api.pool_status import GateVerdict
 from tandem.core.promql import compute_rate_window, template_sample_queries
 from tandem_lab.dev.exporter import Behaviour, Exporter, make_pair_pods
-from tandem_lab.dev.prometheus import PrometheusServer, free_port
+from tandem_lab.dev.ports import free_port
+from tandem_lab.dev.prometheus import PrometheusServer
 
 if TYPE_CHECKING:
     from conftest import ScrapeTarget

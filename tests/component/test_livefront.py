@@ -10,7 +10,6 @@ router sent them, and conversations find their prefixes (the router keys the pro
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from tandem.routing import (
 )
 from tandem.routing.table import DEFAULT_PAIR_WEIGHT
 from tandem_lab.dev.livefront import LiveFront
+from tandem_lab.dev.ports import free_port
 from tandem_lab.dev.simlive import LiveMetrics
 from tandem_lab.sim.config import load_params
 from tandem_lab.sim.live import TTFT, LiveOptions
@@ -49,12 +49,6 @@ from tests.sim.test_live import sessions_workload
 
 NS = "ml"
 MODEL = "m"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fleet(connector: str, mirror: bool = False) -> tuple[RoutingTable, list[dict[str, Any]]]:

@@ -38,6 +38,7 @@ from tandem.adapters.prometheus import (
 from tandem.api.pool import AnalysisSpec, GateComparison, MetricGate
 from tandem.core import gates as g
 from tandem.core.promql import QueryStatus, freshness_of, parse_prom_duration
+from tandem_lab.dev.ports import free_port
 from tests.fakes import prometheus as fp
 
 TIMEOUT_S = 0.5
@@ -157,13 +158,6 @@ def provider(server: _Server) -> Iterator[PrometheusProvider]:
         yield p
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_provider_implements_the_protocol(provider: PrometheusProvider) -> None:
     assert isinstance(provider, MetricsProvider)
     assert isinstance(fp.FakePrometheus(), MetricsProvider)
@@ -227,7 +221,7 @@ def test_each_call_is_bounded_by_its_timeout(provider: PrometheusProvider, query
 
 
 def test_refused_connection_is_an_error() -> None:
-    with PrometheusProvider(f"http://127.0.0.1:{_free_port()}") as p:
+    with PrometheusProvider(f"http://127.0.0.1:{free_port()}") as p:
         result = p.query("up", timeout_s=2)
     assert result.status is QueryStatus.REFUSED
     assert "Connection" in result.error

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tandem_lab.dev.kit import free_port
+from tandem_lab.dev.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "router" / "speed-routing.json"

@@ -42,6 +42,7 @@ from tandem.api.resources import InferencePool
 from tandem.api.revision import revision_id, revision_spec
 from tandem_lab.dev import audit
 from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.ports import free_port
 from tests.support.tandem_cluster import REPO, GpuNodes, wait_until
 
 POOLS = "inferencepools.tandem.dev"
@@ -346,9 +347,7 @@ class TcpFault:
     """
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()
         self.mode = "refuse"
         self.target: tuple[str, int] | None = None
         self.accepted = 0

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tandem.api.labels import Role
+from tandem_lab.dev.ports import free_port
 from tests.realengine.builtpods import (
     BuiltEngine,
     built_pod,
@@ -36,7 +37,6 @@ from tests.realengine.engines import (
     RealEnv,
     cpu_args,
     cpu_env,
-    free_port,
     real_env,
     spawn,
     stop_process,

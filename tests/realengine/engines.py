@@ -33,7 +33,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -114,13 +113,6 @@ def real_env() -> RealEnv:
             pytrace=False,
         )
     return RealEnv(venv=venv, model=model)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _flag(arg: str) -> str:

@@ -21,8 +21,9 @@ import pytest
 
 from tandem.evalclient import post
 from tandem.routing import HEADER_REVISION
+from tandem_lab.dev.ports import free_port
 from tests.realengine.builtpods import BuiltEngine
-from tests.realengine.engines import REPO, free_port
+from tests.realengine.engines import REPO
 from tests.realengine.routerproc import example_pair, router_on
 
 STABLE = "v32"

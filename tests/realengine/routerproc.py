@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from tandem_lab.dev.ports import free_port
 from tests.realengine.builtpods import BuiltEngine
-from tests.realengine.engines import LOOPBACK, REPO, free_port, post_json, spawn, stop_process, wait_http
+from tests.realengine.engines import LOOPBACK, REPO, post_json, spawn, stop_process, wait_http
 
 ROUTER_READY_TIMEOUT_S = 60.0
 

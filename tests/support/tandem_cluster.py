@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tandem_lab.dev.kit import NodeGroup, free_port
+from tandem_lab.dev.kit import NodeGroup
 from tandem_lab.dev.kit import OperatorProcess as KitOperatorProcess
 from tandem_lab.dev.kube import Kubectl
+from tandem_lab.dev.ports import free_port
 
 __all__ = [
     "LOGS",

@@ -5,7 +5,6 @@ No cluster: kubeconfigs are temp files, and "unreachable" is a 127.0.0.1 port wi
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,12 @@ import yaml
 
 from tandem.adapters.kubecontext import ClusterClient, ClusterError, Target, resolve_target
 from tandem.cli import main
+from tandem_lab.dev.ports import free_port
 
 
 def closed_port() -> int:
     """A local port nobody listens on (bound, then released: connecting is refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 def write_kubeconfig(path: Path, server: str, current: str | None = "dev", **namespaces: str) -> Path:

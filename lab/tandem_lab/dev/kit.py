@@ -33,6 +33,7 @@ from typing import Any
 from tandem_lab.dev.kube import Kubectl
 from tandem_lab.dev.lifetime import bind_to_this_process
 from tandem_lab.dev.nodes import NodeSpec, add_nodes, delete_node
+from tandem_lab.dev.ports import free_port
 
 # Loopback pod CIDRs: one /24 per node from 127.64.0.0 up (127.0.0.0/16, where the control plane listens,
 # is never used). Linux routes all of 127.0.0.0/8 to `lo`, so a local process can listen on any pod address.
@@ -55,13 +56,6 @@ def terminate(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def node_schedulable(node: dict[str, Any]) -> bool:

@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -33,18 +32,11 @@ from typing import Any
 import yaml
 
 from tandem_lab.dev.lifetime import bind_to_this_process
+from tandem_lab.dev.ports import free_port
 
 DEFAULT_SCRAPE_INTERVAL_S = 2.0
 DEFAULT_LOOKBACK_DELTA = "5m"
 TARGETS_GLOB = "*.json"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the caller binds it next)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _duration(seconds: float) -> str:

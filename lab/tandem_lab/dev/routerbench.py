@@ -36,7 +36,6 @@ import platform
 import random
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ import aiohttp
 
 from tandem_lab.benchcli import bench_subparsers
 from tandem_lab.dev import routerbenchlib as lib
+from tandem_lab.dev.ports import free_port
 
 VLLM_ROUTER_VERSION = "0.1.17"
 ENV_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "bench" / "vllm-router-env.sh"
@@ -112,12 +112,6 @@ def offered_rates(profile: Profile, prompt: str = "2KB") -> tuple[float, ...]:
 
 
 # --- small process helpers -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _read_stat(pid: int) -> str | None:
