@@ -15,7 +15,6 @@ others remain) and returns the first port that binds right now.
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import socket
@@ -50,12 +49,12 @@ class _Walker:
 
     def __init__(self) -> None:
         self.ports = candidate_range()
-        start = random.Random(os.getpid()).randrange(len(self.ports))
-        self._cursor = itertools.cycle(list(self.ports[start:]) + list(self.ports[:start]))
+        self._next = random.Random(os.getpid()).randrange(len(self.ports))
 
     def next_free(self, host: str) -> int:
         for _ in range(len(self.ports)):
-            port = next(self._cursor)
+            port = self.ports[self._next]
+            self._next = (self._next + 1) % len(self.ports)
             if _binds(host, port):
                 return port
         raise OSError(f"no free TCP port on {host} in {self.ports.start}-{self.ports.stop - 1}")
@@ -70,13 +69,11 @@ def _binds(host: str, port: int) -> bool:
         return True
 
 
-_walker: _Walker | None = None
-_walker_pid: int | None = None
+_walkers: dict[int, _Walker] = {}
+"""One walker per process id: a forked child starts its own walk."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` now, outside the kernel's ephemeral range (the caller binds it next)."""
-    global _walker, _walker_pid
-    if _walker is None or _walker_pid != os.getpid():
-        _walker, _walker_pid = _Walker(), os.getpid()
-    return _walker.next_free(host)
+    walker = _walkers.get(os.getpid()) or _walkers.setdefault(os.getpid(), _Walker())
+    return walker.next_free(host)
