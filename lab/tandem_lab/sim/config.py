@@ -125,6 +125,11 @@ class SharedTierParams(_Cfg):
     segment_bytes: float
     nic_bandwidth: float
 
+    def stores_at(self, rate_scale: float) -> int:
+        """Store nodes of a run at ``rate_scale`` of the fleet's rate: the tier scales with the traffic, so a
+        5 % run keeps the fleet's bytes of tier per request (at least one store)."""
+        return max(1, round(self.stores * rate_scale))
+
 
 class LifecycleParams(_Cfg):
     schedule_delay_s: float

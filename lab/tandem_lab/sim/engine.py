@@ -437,7 +437,7 @@ class Simulation:
         self.kv_b = params.model.kv_bytes_per_token
         self.local_blocks = int(capacity.kv_capacity_tokens // bt)
         st = params.shared_tier
-        stores = max(1, round(st.stores * options.rate_scale))
+        stores = st.stores_at(options.rate_scale)
         self.shared: PrefixCache | None = (
             PrefixCache(int(stores * st.segment_bytes / (bt * self.kv_b))) if st.enabled else None
         )

@@ -260,10 +260,14 @@ class RequestFloors:
         return self.arrival_s + self.service_s + self.pd_s, self.arrival_s + self.budget_s + extra
 
 
-def request_floors(workload: Workload, params: SimParams, cap: Roofline) -> RequestFloors:
-    """The per-request floors of ``workload`` (module docstring)."""
+def request_floors(
+    workload: Workload, params: SimParams, cap: Roofline, hit_tokens: npt.NDArray[np.int64] | None = None
+) -> RequestFloors:
+    """The per-request floors of ``workload`` (module docstring). ``hit_tokens``: each request's cached prompt
+    tokens under another hit model than the infinite cache (e.g. a shared tier of a given size,
+    :mod:`tandem_lab.sim.kvsizing`); the floors then hold for that cache, not for any cache."""
     slo = params.slo
-    _, hit = infinite_cache_hits(workload, params.generator.block_tokens)
+    hit = infinite_cache_hits(workload, params.generator.block_tokens)[1] if hit_tokens is None else hit_tokens
     inp = workload.input_tokens.astype(np.float64)
     out = workload.output_tokens.astype(np.float64)
     uncached = np.maximum(1.0, inp - hit)
