@@ -21,7 +21,7 @@ import pytest
 
 from tandem.api.labels import LABEL_PAIR, LABEL_POOL, LABEL_REVISION, LABEL_ROLE
 from tandem.core.promql import SERIES_LABELS, TEMPLATES, QueryVars, render_query
-from tandem.core.scalemetrics import scaling_queries
+from tandem.core.scalemetrics import ITL_MEAN, PREFILL_BUSY, PREFILLS_RATE, scaling_queries, work_queries
 from tandem_lab.dev.prometheus import PrometheusServer
 from tests.chart.chartlib import ENGINE_SCRAPE_VALUES, MINIMAL_VALUES, engine_scrape_job, pod_sd_targets, render
 from tests.realengine.builtpods import BuiltEngine
@@ -146,5 +146,8 @@ def test_gate_and_autoscaler_queries_return_data(
         for name, template in TEMPLATES.items()
     }
     queries |= {f"autoscaler {key}": q for key, q in scaling_queries(namespace, pool, WINDOW).items()}
+    # what profile learning reads from the engines (the router-side work queries need the router scraped)
+    work = work_queries(namespace, pool, WINDOW)
+    queries |= {f"autoscaler {key}": work[key] for key in (PREFILL_BUSY, PREFILLS_RATE, ITL_MEAN)}
     answers = _wait_for_data(prometheus, queries)
     assert {name for name, values in answers.items() if not values} == set(), answers

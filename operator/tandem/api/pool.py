@@ -530,7 +530,10 @@ class CapacityProfileSpec(ApiModel):
     """What one instance of each role does at the SLO, for this pool's stack version. When set, the autoscaler
     plans pairs from the work (uncached prompt tokens/s, decode streams and tokens/s) with a queue model and a
     forecast over the load time, and uses measured SLO attainment to correct the model
-    (docs/design/012-autoscaler.md); the latency and utilization targets are then reported, not scaled on."""
+    (docs/design/012-autoscaler.md); the latency and utilization targets are then reported, not scaled on.
+    Where the pool's own engines measure less than declared (prefill tokens per second of prefill phase, decode
+    streams at the TPOT target from the mean inter-token latency), the lower figure is planned with; a
+    measurement above the declared one is never trusted."""
 
     prefill: Annotated[list[PrefillCapacityPoint], Field(min_length=1, max_length=16)]
     """Prefill throughput by prompt length; interpolated linearly, clamped at the ends."""
@@ -582,7 +585,8 @@ class AutoscalingSpec(ApiModel):
     says HoldTTFTServiceBound. 0 turns the rule off (every TTFT breach scales up)."""
     capacity_profile: CapacityProfileSpec | None = None
     """Plan from the work with this capacity profile (queue model, forecast, attainment); unset keeps the
-    latency- and utilization-driven rule."""
+    latency- and utilization-driven rule. Where the engines measure less than declared, the lower figure is
+    used; never more."""
 
 
 # --- rollout ---------------------------------------------------------------------------------

@@ -73,11 +73,13 @@ from tandem.api.quantity import parse_duration
 from tandem.core.capacity import (
     CapacityProfile,
     DecodePoint,
+    EngineObservation,
     ForecastState,
     PrefillPoint,
     WorkDemand,
     decode_need,
     groups_for,
+    learn_profile,
     prefill_need,
     update_correction,
     update_forecast,
@@ -206,6 +208,12 @@ class PoolSample:
     """Share of requests within the TPOT target (rejects and timeouts are misses)."""
     unserved_share: float | None = None
     """Share of requests the router rejected or timed out (no pair had room): queueing the engines never see."""
+    prefill_busy: float | None = None
+    """Seconds of prefill phase per second over the prefill instances (profile learning; work planning only)."""
+    prefills_rate: float | None = None
+    """Prefills finished per second on the prefill instances (profile learning's evidence)."""
+    itl_mean_s: float | None = None
+    """Mean inter-token latency on the decode instances, from ``_sum``/``_count`` (profile learning)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1023,6 +1031,20 @@ def work_demand(metrics: MetricsSnapshot) -> WorkDemand | None:
     )
 
 
+def engine_observation(metrics: MetricsSnapshot) -> EngineObservation:
+    """What the engines measured, for :func:`tandem.core.capacity.learn_profile`: the pool-wide prefill phase
+    and inter-token latency, and the mean running sequences per decode instance that reported one."""
+    pool = metrics.pool
+    running = [i.running for i in metrics.instances if i.role == "decode" and _valid(i.running)]
+    return EngineObservation(
+        prefill_busy=pool.prefill_busy if _valid(pool.prefill_busy) else None,
+        prefills_per_s=pool.prefills_rate if _valid(pool.prefills_rate) else None,
+        mean_itl_s=pool.itl_mean_s if _valid(pool.itl_mean_s) else None,
+        decode_running_per_instance=sum(r or 0.0 for r in running) / len(running) if running else None,
+        prefill_instances=metrics.expected_prefill,
+    )
+
+
 def lead_time(work: WorkPlanning, measured_s: float | None) -> tuple[float, str]:
     """Work planning's capacity lead time and where it came from: the measured load time of the pool's own
     pods when there is one, bounded above by the declared ``capacityProfile.loadTime``.
@@ -1075,8 +1097,9 @@ def _plan_work(
     queued = prefill_waiting > 0 or (unserved or 0.0) > 0
     p_corr = update_correction(st.prefill_correction, ttft_att, work.attainment, queued)
     d_corr = update_correction(st.decode_correction, tpot_att, work.attainment, True)
-    p = prefill_need(demand, work.profile, work.attainment, work.ttft_overhead_s)
-    d = decode_need(demand, work.profile, work.attainment)
+    learned = learn_profile(work.profile, demand, engine_observation(metrics), ev.policy.interval_s)
+    p = prefill_need(demand, learned.profile, work.attainment, work.ttft_overhead_s)
+    d = decode_need(demand, learned.profile, work.attainment)
     head = 1.0 + work.burst_headroom
     lead, lead_source = lead_time(work, ev.context.measured_load_s)
     p_fc, p_state = update_forecast(st.prefill, now, p.instances * p_corr * head, lead)
@@ -1096,6 +1119,8 @@ def _plan_work(
         "attainment": f"ttft {_opt(ttft_att)} tpot {_opt(tpot_att)} unserved {_opt(unserved)}",
         "signal": signal,
         "leadTime": lead_source,
+        "prefillProfile": learned.prefill_note,
+        "decodeProfile": learned.decode_note,
     }
     why = (
         f"work {demand.uncached_tokens_per_s:.0f} uncached tok/s, {demand.decode_streams:.0f} streams; "

@@ -283,6 +283,116 @@ class WorkDemand:
         )
 
 
+# --- a profile learned from the pool's own engines --------------------------------------------------
+
+MIN_LEARN_PREFILLS: Final = 20
+"""Prefills finished within one evaluation interval before their time says anything about the engines: fewer
+is one or two long prompts' worth, and a cold start or a single cache-miss storm would set the capacity."""
+MIN_LEARN_STREAMS: Final = 1.0
+"""Decode streams per instance before a slow inter-token latency is the batch's doing, not one request's."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineObservation:
+    """What the pool's engines measured over the rate window (pool-wide sums; None when missing)."""
+
+    prefill_busy: float | None = None
+    """Seconds of prefill phase per second, summed over the prefill instances
+    (``rate(vllm:request_prefill_time_seconds_sum)``): the mean number of prefills in progress."""
+    prefills_per_s: float | None = None
+    """Prefills finished per second on the prefill instances (``rate(vllm:request_prefill_time_seconds_count)``)."""
+    prefill_instances: int = 0
+    """Serving prefill instances (the most instance-seconds of prefill one second can hold)."""
+    mean_itl_s: float | None = None
+    """Mean inter-token latency on the decode instances (``_sum`` / ``_count`` of
+    ``vllm:inter_token_latency_seconds``: an exact mean, not a quantile inside a 10–25 ms bucket)."""
+    decode_running_per_instance: float | None = None
+    """Mean running sequences per decode instance (the batch the latency was measured at)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedProfile:
+    """The profile to plan with this evaluation and, per role, where it came from (decision metrics, ≤ 64
+    characters each)."""
+
+    profile: CapacityProfile
+    prefill_note: str = "declared"
+    decode_note: str = "declared"
+
+    @property
+    def learned(self) -> bool:
+        return self.prefill_note != "declared" or self.decode_note != "declared"
+
+
+def learn_profile(
+    declared: CapacityProfile, demand: WorkDemand, seen: EngineObservation, interval_s: float
+) -> LearnedProfile:
+    """The declared profile, lowered where the pool's own engines measured less (issue 18 item 2).
+
+    - **Prefill**: the uncached tokens the prefill instances computed per second of prefill phase,
+      ``demand.uncached_tokens_per_s / busy``, at the window's mean prompt length, where busy is
+      ``seen.prefill_busy`` capped at the serving prefill instances. With one prefill at a time that is the
+      instance's rate. When the engine runs several at once (chunked prefill batches them), each one's phase
+      is longer and a shared second is counted once per prefill in it, so the figure is lower than the
+      instance's rate: sized on it, prefills share instances less, the side that errs toward the SLO. The cap
+      keeps that error bounded: a pool cannot be busier than all its instances, so the learned rate never falls
+      below what the instances deliver now, and the load term of the need never exceeds the instances serving
+      (without it, four prefills sharing each instance would ask for four times the fleet, and the fleet that
+      came would measure fast again). Learned only from :data:`MIN_LEARN_PREFILLS` prefills per evaluation
+      interval or more.
+    - **Decode**: when the mean inter-token latency at the observed batch R (streams per instance) is above
+      the TPOT SLO, the instance holds fewer streams at the SLO than it ran: about R × SLO / ITL (step time is
+      roughly linear in the batch while decode is memory-bound), at R / ITL tokens/s. A latency within the SLO
+      says only that R fit, which the declared profile already allows, so nothing is learned from it.
+    - Both are used only through :meth:`CapacityProfile.bounded_by` the declared profile: a learned figure can
+      lower capacity, never raise it (an idle engine measures fast just before a burst). A role without enough
+      evidence keeps its declared points.
+
+    Example: declared 12,000 uncached tok/s at 6,000-token prompts, 2 prefill instances; the window computed
+    9,000 uncached tok/s in 1.5 s of prefill phase per second over 40 prefills per interval → 6,000 tok/s
+    learned, and the prefill load doubles (0.75 → 1.5 instances). Had the phase summed to 3 s per second, the cap
+    (2 instances) would give 4,500 tok/s, not 3,000. Decode: ITL 25 ms at 32 streams per instance with a 16.7 ms
+    SLO → 21.3 streams at the SLO (declared 48: learned).
+    """
+    prefill, decode = declared.prefill, declared.decode
+    p_note = d_note = "declared"
+    busy, done = seen.prefill_busy, seen.prefills_per_s
+    if (
+        busy is not None
+        and done is not None
+        and math.isfinite(busy)
+        and math.isfinite(done)
+        and busy > 0
+        and done * interval_s >= MIN_LEARN_PREFILLS
+        and demand.uncached_tokens_per_s > 0
+    ):
+        at = demand.mean_prompt_tokens
+        rate = demand.uncached_tokens_per_s / min(busy, max(1, seen.prefill_instances))
+        have = declared.prefill_rate(at)
+        if rate < have:
+            prefill = (PrefillPoint(at, rate),)
+            p_note = f"learned {rate:,.0f} tok/s (declared {have:,.0f}) at {at:,.0f} tok"
+    itl, per = seen.mean_itl_s, seen.decode_running_per_instance
+    if (
+        itl is not None
+        and per is not None
+        and math.isfinite(itl)
+        and math.isfinite(per)
+        and itl > TPOT_SLO_S
+        and per >= MIN_LEARN_STREAMS
+    ):
+        ctx = demand.mean_context_tokens
+        streams = per * TPOT_SLO_S / itl
+        have_streams, have_tps = declared.decode_capacity(ctx)
+        if streams < have_streams:
+            decode = (DecodePoint(ctx, streams, min(have_tps, per / itl)),)
+            d_note = f"learned {streams:.1f} streams (declared {have_streams:.1f}), ITL {itl * 1000:.1f} ms"
+    if prefill is declared.prefill and decode is declared.decode:
+        return LearnedProfile(declared)
+    learned = replace(declared, prefill=prefill, decode=decode).bounded_by(declared)
+    return LearnedProfile(learned, p_note[:64], d_note[:64])
+
+
 # --- queue models --------------------------------------------------------------------------------
 
 

@@ -43,6 +43,9 @@ GENERATION_RATE = "generation_rate"
 TTFT_ATTAINMENT = "ttft_attainment"
 TPOT_ATTAINMENT = "tpot_attainment"
 UNSERVED_SHARE = "unserved_share"
+PREFILL_BUSY = "prefill_busy"
+PREFILLS_RATE = "prefills_rate"
+ITL_MEAN = "itl_mean"
 PER_POD = (RUNNING, WAITING, KV)
 WORK_KEYS = (
     REQUEST_RATE,
@@ -52,6 +55,9 @@ WORK_KEYS = (
     TTFT_ATTAINMENT,
     TPOT_ATTAINMENT,
     UNSERVED_SHARE,
+    PREFILL_BUSY,
+    PREFILLS_RATE,
+    ITL_MEAN,
 )
 ROUTER_SLO_METRIC = "tandem_router_slo_requests_total"
 """The router's per-request SLO counter (labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
@@ -78,7 +84,9 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
     """The work-planning queries (spec.autoscaling.capacityProfile), by key: the pool's request rate from the
     router (rejects included: they are demand), prompt and generated tokens/s from the engines, the share of
     prompt tokens served from a cache (local + shared tier), the router's per-request SLO attainment and the
-    share of requests it could not place (rejected or timed out).
+    share of requests it could not place (rejected or timed out); and for the profile learned from the engines,
+    the prefill instances' seconds of prefill phase and prefills finished per second, and the decode instances'
+    mean inter-token latency (``_sum``/``_count``: exact, not a quantile).
 
     Example (pool ml/speed, window 60s), the TTFT attainment::
 
@@ -108,6 +116,12 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
         TTFT_ATTAINMENT: share("ttft", "met"),
         TPOT_ATTAINMENT: share("tpot", "met"),
         UNSERVED_SHARE: share("ttft", UNSERVED_RESULTS),
+        # what the engines measured, for the profile learned from them (tandem.core.capacity.learn_profile)
+        PREFILL_BUSY: f"sum(rate({em.sum_of(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
+        PREFILLS_RATE: f"sum(rate({em.count(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
+        ITL_MEAN: (
+            f"sum(rate({em.sum_of(em.ITL)}{{{dec}}}[{window}])) / sum(rate({em.count(em.ITL)}{{{dec}}}[{window}]))"
+        ),
     }
 
 
@@ -252,6 +266,9 @@ def build_snapshot(
             ttft_attainment=scalar(TTFT_ATTAINMENT),
             tpot_attainment=scalar(TPOT_ATTAINMENT),
             unserved_share=scalar(UNSERVED_SHARE),
+            prefill_busy=scalar(PREFILL_BUSY),
+            prefills_rate=scalar(PREFILLS_RATE),
+            itl_mean_s=scalar(ITL_MEAN),
         ),
         expected_prefill=prefill,
         expected_decode=decode,

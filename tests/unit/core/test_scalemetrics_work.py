@@ -126,3 +126,34 @@ def test_build_snapshot_reads_router_attainment(
 ) -> None:
     snap = sm.build_snapshot({k: scalar(v) for k, v in values.items()}, SERVING)
     assert (snap.pool.ttft_attainment, snap.pool.tpot_attainment, snap.pool.unserved_share) == want
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [
+        pytest.param(
+            sm.PREFILL_BUSY,
+            'sum(rate(vllm:request_prefill_time_seconds_sum{namespace="ml",pool="speed",role="prefill"}[60s]))',
+            id="prefill phase seconds per second, prefill instances",
+        ),
+        pytest.param(
+            sm.PREFILLS_RATE,
+            'sum(rate(vllm:request_prefill_time_seconds_count{namespace="ml",pool="speed",role="prefill"}[60s]))',
+            id="prefills finished per second",
+        ),
+        pytest.param(
+            sm.ITL_MEAN,
+            'sum(rate(vllm:inter_token_latency_seconds_sum{namespace="ml",pool="speed",role="decode"}[60s])) / '
+            'sum(rate(vllm:inter_token_latency_seconds_count{namespace="ml",pool="speed",role="decode"}[60s]))',
+            id="decode inter-token latency: an exact mean, not a quantile",
+        ),
+    ],
+)
+def test_profile_learning_queries_read_the_engines(key: str, want: str) -> None:
+    assert sm.work_queries("ml", "speed", "60s")[key] == want
+
+
+def test_build_snapshot_reads_what_the_engines_measured() -> None:
+    results = {sm.PREFILL_BUSY: scalar("1.5"), sm.PREFILLS_RATE: scalar("2"), sm.ITL_MEAN: scalar("+Inf")}
+    pool = sm.build_snapshot(results, SERVING).pool
+    assert (pool.prefill_busy, pool.prefills_rate, pool.itl_mean_s) == (1.5, 2.0, None)  # +Inf is never a number
