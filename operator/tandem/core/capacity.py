@@ -324,6 +324,12 @@ class LearnedProfile:
         return self.prefill_note != "declared" or self.decode_note != "declared"
 
 
+def _number(value: float | None) -> float:
+    """A measurement as a float, NaN when missing or not finite (every comparison with NaN is False, so a
+    missing input never passes an evidence threshold)."""
+    return value if value is not None and math.isfinite(value) else math.nan
+
+
 def learn_profile(
     declared: CapacityProfile, demand: WorkDemand, seen: EngineObservation, interval_s: float
 ) -> LearnedProfile:
@@ -356,31 +362,16 @@ def learn_profile(
     """
     prefill, decode = declared.prefill, declared.decode
     p_note = d_note = "declared"
-    busy, done = seen.prefill_busy, seen.prefills_per_s
-    if (
-        busy is not None
-        and done is not None
-        and math.isfinite(busy)
-        and math.isfinite(done)
-        and busy > 0
-        and done * interval_s >= MIN_LEARN_PREFILLS
-        and demand.uncached_tokens_per_s > 0
-    ):
+    busy, done = _number(seen.prefill_busy), _number(seen.prefills_per_s)
+    if busy > 0 and done * interval_s >= MIN_LEARN_PREFILLS and demand.uncached_tokens_per_s > 0:
         at = demand.mean_prompt_tokens
         rate = demand.uncached_tokens_per_s / min(busy, max(1, seen.prefill_instances))
         have = declared.prefill_rate(at)
         if rate < have:
             prefill = (PrefillPoint(at, rate),)
             p_note = f"learned {rate:,.0f} tok/s (declared {have:,.0f}) at {at:,.0f} tok"
-    itl, per = seen.mean_itl_s, seen.decode_running_per_instance
-    if (
-        itl is not None
-        and per is not None
-        and math.isfinite(itl)
-        and math.isfinite(per)
-        and itl > TPOT_SLO_S
-        and per >= MIN_LEARN_STREAMS
-    ):
+    itl, per = _number(seen.mean_itl_s), _number(seen.decode_running_per_instance)
+    if itl > TPOT_SLO_S and per >= MIN_LEARN_STREAMS:
         ctx = demand.mean_context_tokens
         streams = per * TPOT_SLO_S / itl
         have_streams, have_tps = declared.decode_capacity(ctx)

@@ -96,6 +96,8 @@ def test_decode_learns_fewer_streams_from_a_slow_inter_token_latency() -> None:
         pytest.param(0.012, 32.0, "declared", id="within the SLO: nothing learned"),
         pytest.param(0.025, 0.5, "declared", id="less than one stream per instance"),
         pytest.param(0.016, 60.0, "declared", id="60 streams within the SLO"),
+        pytest.param(math.inf, 32.0, "declared", id="infinite latency is not a number"),
+        pytest.param(0.030, math.nan, "declared", id="no running gauge"),
         # 60 × 16.7 / 30 = 33.3 streams at the SLO, under the declared 50.7: learned
         pytest.param(0.030, 60.0, "learned 33.3 streams (declared 50.7), ITL 30.0 ms", id="slow at a big batch"),
     ],
