@@ -531,9 +531,8 @@ class CapacityProfileSpec(ApiModel):
     plans pairs from the work (uncached prompt tokens/s, decode streams and tokens/s) with a queue model and a
     forecast over the load time, and uses measured SLO attainment to correct the model
     (docs/design/012-autoscaler.md); the latency and utilization targets are then reported, not scaled on.
-    Where the pool's own engines measure less than declared (prefill tokens per second of prefill phase, decode
-    streams at the TPOT target from the mean inter-token latency), the lower figure is planned with; a
-    measurement above the declared one is never trusted."""
+    With ``learnFromEngines``, where the pool's own engines measure less than declared the lower figure is
+    planned with; a measurement above the declared one is never trusted."""
 
     prefill: Annotated[list[PrefillCapacityPoint], Field(min_length=1, max_length=16)]
     """Prefill throughput by prompt length; interpolated linearly, clamped at the ends."""
@@ -549,6 +548,11 @@ class CapacityProfileSpec(ApiModel):
     """Capacity kept above the forecast need for bursts shorter than the load time."""
     ttft_overhead_ms: Annotated[int, Field(ge=0, le=10_000)] = 50
     """Time to first token outside prefill (routing, P→D transfer, first decode step)."""
+    learn_from_engines: bool = False
+    """Lower the profile where the pool's engines measure less (prefill tokens per second of prefill phase,
+    decode streams at the TPOT target from the mean inter-token latency); never raise it. Off by default: a
+    prefill phase shared by batched prompts measures slower than the instance is, so an accurate profile would
+    be lowered and the pool over-provisioned (docs/design/012-autoscaler.md)."""
 
 
 class AutoscalingSpec(ApiModel):
@@ -585,8 +589,7 @@ class AutoscalingSpec(ApiModel):
     says HoldTTFTServiceBound. 0 turns the rule off (every TTFT breach scales up)."""
     capacity_profile: CapacityProfileSpec | None = None
     """Plan from the work with this capacity profile (queue model, forecast, attainment); unset keeps the
-    latency- and utilization-driven rule. Where the engines measure less than declared, the lower figure is
-    used; never more."""
+    latency- and utilization-driven rule."""
 
 
 # --- rollout ---------------------------------------------------------------------------------

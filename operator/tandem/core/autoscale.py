@@ -75,6 +75,7 @@ from tandem.core.capacity import (
     DecodePoint,
     EngineObservation,
     ForecastState,
+    LearnedProfile,
     PrefillPoint,
     WorkDemand,
     decode_need,
@@ -282,6 +283,8 @@ class WorkPlanning:
     attainment: float = 0.99
     burst_headroom: float = 0.2
     ttft_overhead_s: float = 0.05
+    learn: bool = False
+    """Plan with the profile learned from the engines (``learnFromEngines``), bounded by the declared one."""
 
     @property
     def lead_s(self) -> float:
@@ -300,6 +303,7 @@ class WorkPlanning:
             attainment=spec.attainment_percent / 100,
             burst_headroom=spec.burst_headroom_percent / 100,
             ttft_overhead_s=spec.ttft_overhead_ms / 1000,
+            learn=spec.learn_from_engines,
         )
 
 
@@ -1097,7 +1101,11 @@ def _plan_work(
     queued = prefill_waiting > 0 or (unserved or 0.0) > 0
     p_corr = update_correction(st.prefill_correction, ttft_att, work.attainment, queued)
     d_corr = update_correction(st.decode_correction, tpot_att, work.attainment, True)
-    learned = learn_profile(work.profile, demand, engine_observation(metrics), ev.policy.interval_s)
+    learned = (
+        learn_profile(work.profile, demand, engine_observation(metrics), ev.policy.interval_s)
+        if work.learn
+        else LearnedProfile(work.profile)
+    )
     p = prefill_need(demand, learned.profile, work.attainment, work.ttft_overhead_s)
     d = decode_need(demand, learned.profile, work.attainment)
     head = 1.0 + work.burst_headroom

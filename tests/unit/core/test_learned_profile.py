@@ -120,7 +120,13 @@ def test_a_learned_profile_never_claims_more_than_declared(
     busy: float, instances: int, itl: float, running: float, prompt: float, hit: float
 ) -> None:
     demand = replace(DEMAND, prompt_tokens_per_s=DEMAND.request_rate * prompt, hit_ratio=hit)
-    observation = EngineObservation(busy, 2.0, itl, running, instances)
+    observation = EngineObservation(
+        prefill_busy=busy,
+        prefills_per_s=2.0,
+        prefill_instances=instances,
+        mean_itl_s=itl,
+        decode_running_per_instance=running,
+    )
     got = learn_profile(DECLARED, demand, observation, INTERVAL)
     assert (
         got.profile.prefill_rate(demand.mean_prompt_tokens) <= DECLARED.prefill_rate(demand.mean_prompt_tokens) + 1e-9
@@ -133,10 +139,10 @@ def test_a_learned_profile_never_claims_more_than_declared(
 # --- in work planning ---------------------------------------------------------------------------------
 
 
-def plan(cur: int, **pool: float) -> tuple[int, dict[str, str]]:
+def plan(cur: int, learn: bool = True, **pool: float) -> tuple[int, dict[str, str]]:
     """One evaluation of the test spec (16,000 declared uncached tok/s at 8,192 tokens; 32 streams) at 4 req/s of
     8,000-token prompts, 30 streams, with the engines' measurements ``pool``."""
-    policy = AutoscalePolicy.from_spec(spec())
+    policy = AutoscalePolicy.from_spec(spec(learnFromEngines=learn))
     snap = snapshot(4.0, cur, streams=30.0)
     snap = replace(snap, pool=replace(snap.pool, **pool))
     decision, _ = compute_desired_pairs(
@@ -166,3 +172,14 @@ def test_work_planning_adds_decode_for_a_slow_inter_token_latency() -> None:
     pairs, metrics = plan(4, itl_mean_s=0.040)
     assert metrics["decodeProfile"].startswith("learned 3.1 streams (declared 32.0)")
     assert pairs > base_pairs
+
+
+def test_learning_is_off_unless_the_pool_asks_for_it() -> None:
+    """Off by default: batched prefills measure slower than the instance is (docs/design/012), so a pool with an
+    accurate profile would be over-provisioned."""
+    work = AutoscalePolicy.from_spec(spec()).work
+    assert work is not None and not work.learn
+    slow = {"prefill_busy": 4.0, "prefills_rate": 4.0, "itl_mean_s": 0.040}
+    pairs, metrics = plan(4, learn=False, **slow)
+    assert (pairs, metrics["prefillProfile"], metrics["decodeProfile"]) == (4, "declared", "declared")
+    assert plan(4, learn=True, **slow)[0] > pairs
