@@ -147,7 +147,7 @@ def test_gate_and_autoscaler_queries_return_data(
     }
     queries |= {f"autoscaler {key}": q for key, q in scaling_queries(namespace, pool, WINDOW).items()}
     # what profile learning reads from the engines (the router-side work queries need the router scraped)
-    work = work_queries(namespace, pool, WINDOW)
+    work = work_queries(namespace, pool, WINDOW, learn=True)
     queries |= {f"autoscaler {key}": work[key] for key in (PREFILL_BUSY, PREFILLS_RATE, ITL_MEAN)}
     answers = _wait_for_data(prometheus, queries)
     assert {name for name, values in answers.items() if not values} == set(), answers

@@ -55,10 +55,9 @@ WORK_KEYS = (
     TTFT_ATTAINMENT,
     TPOT_ATTAINMENT,
     UNSERVED_SHARE,
-    PREFILL_BUSY,
-    PREFILLS_RATE,
-    ITL_MEAN,
 )
+LEARN_KEYS = (PREFILL_BUSY, PREFILLS_RATE, ITL_MEAN)
+"""Asked only when the pool learns its profile from the engines (``capacityProfile.learnFromEngines``)."""
 ROUTER_SLO_METRIC = "tandem_router_slo_requests_total"
 """The router's per-request SLO counter (labels ``pool``, ``revision``, ``slo`` = ttft|tpot, ``result`` =
 met|missed|rejected|timeout|error): one increment per request and SLO, judged by
@@ -80,13 +79,13 @@ def _sel(namespace: str, pool: str, role: str | None = None) -> str:
     return ",".join(parts)
 
 
-def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
+def work_queries(namespace: str, pool: str, window: str, *, learn: bool = False) -> dict[str, str]:
     """The work-planning queries (spec.autoscaling.capacityProfile), by key: the pool's request rate from the
     router (rejects included: they are demand), prompt and generated tokens/s from the engines, the share of
     prompt tokens served from a cache (local + shared tier), the router's per-request SLO attainment and the
-    share of requests it could not place (rejected or timed out); and for the profile learned from the engines,
-    the prefill instances' seconds of prefill phase and prefills finished per second, and the decode instances'
-    mean inter-token latency (``_sum``/``_count``: exact, not a quantile).
+    share of requests it could not place (rejected or timed out); with ``learn``, for the profile learned from
+    the engines, the prefill instances' seconds of prefill phase and prefills finished per second, and the decode
+    instances' mean inter-token latency (``_sum``/``_count``: exact, not a quantile).
 
     Example (pool ml/speed, window 60s), the TTFT attainment::
 
@@ -102,6 +101,13 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
         part = f'(sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}",result=~"{results}"}}[{window}])) or vector(0))'
         return f'{part} / sum(rate({ROUTER_SLO_METRIC}{{{router},slo="{slo}"}}[{window}]))'
 
+    learned = {
+        PREFILL_BUSY: f"sum(rate({em.sum_of(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
+        PREFILLS_RATE: f"sum(rate({em.count(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
+        ITL_MEAN: (
+            f"sum(rate({em.sum_of(em.ITL)}{{{dec}}}[{window}])) / sum(rate({em.count(em.ITL)}{{{dec}}}[{window}]))"
+        ),
+    }
     return {
         REQUEST_RATE: (
             f'sum(rate(tandem_router_requests_total{{{router},outcome!~"{DEMAND_OUTCOMES_EXCLUDED}"}}[{window}]))'
@@ -116,18 +122,16 @@ def work_queries(namespace: str, pool: str, window: str) -> dict[str, str]:
         TTFT_ATTAINMENT: share("ttft", "met"),
         TPOT_ATTAINMENT: share("tpot", "met"),
         UNSERVED_SHARE: share("ttft", UNSERVED_RESULTS),
-        # what the engines measured, for the profile learned from them (tandem.core.capacity.learn_profile)
-        PREFILL_BUSY: f"sum(rate({em.sum_of(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
-        PREFILLS_RATE: f"sum(rate({em.count(em.PREFILL_TIME)}{{{pre}}}[{window}]))",
-        ITL_MEAN: (
-            f"sum(rate({em.sum_of(em.ITL)}{{{dec}}}[{window}])) / sum(rate({em.count(em.ITL)}{{{dec}}}[{window}]))"
-        ),
+        **(learned if learn else {}),
     }
 
 
-def scaling_queries(namespace: str, pool: str, window: str, *, work: bool = False) -> dict[str, str]:
-    """The queries of one autoscaling evaluation, by key (``work``: plus :func:`work_queries`)."""
-    extra = work_queries(namespace, pool, window) if work else {}
+def scaling_queries(
+    namespace: str, pool: str, window: str, *, work: bool = False, learn: bool = False
+) -> dict[str, str]:
+    """The queries of one autoscaling evaluation, by key (``work``: plus :func:`work_queries`, with ``learn``
+    its profile-learning ones)."""
+    extra = work_queries(namespace, pool, window, learn=learn) if work else {}
     sel, dec, pre = _sel(namespace, pool), _sel(namespace, pool, "decode"), _sel(namespace, pool, "prefill")
     return {
         RUNNING: f"max by (pod) ({em.RUNNING}{{{sel}}})",

@@ -304,8 +304,13 @@ async def observe_scaling(snapshot: Snapshot, metrics: Metrics | None, memory: P
     freshness: Freshness | None = None
     if provider is not None:
         window = f"{int(max(parse_duration(spec.interval), 4 * snapshot.scrape_interval_s))}s"
+        profile = spec.capacity_profile
         queries = scaling_queries(
-            pool.metadata.namespace, pool.metadata.name, window, work=spec.capacity_profile is not None
+            pool.metadata.namespace,
+            pool.metadata.name,
+            window,
+            work=profile is not None,
+            learn=profile is not None and profile.learn_from_engines,
         )
         fresh = freshness_queries(queries)  # the answers are stamped with the evaluation time: ask separately
         asked = [*queries.values(), *fresh.values()]

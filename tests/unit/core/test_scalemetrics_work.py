@@ -150,7 +150,9 @@ def test_build_snapshot_reads_router_attainment(
     ],
 )
 def test_profile_learning_queries_read_the_engines(key: str, want: str) -> None:
-    assert sm.work_queries("ml", "speed", "60s")[key] == want
+    assert sm.work_queries("ml", "speed", "60s", learn=True)[key] == want
+    assert key not in sm.work_queries("ml", "speed", "60s")  # not asked unless the pool learns
+    assert key in sm.freshness_queries(sm.scaling_queries("ml", "speed", "60s", work=True, learn=True))
 
 
 def test_build_snapshot_reads_what_the_engines_measured() -> None:
