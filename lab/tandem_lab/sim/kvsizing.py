@@ -37,7 +37,7 @@ from tandem_lab.sim.cache import PrefixCache, hit_tokens
 from tandem_lab.sim.config import SimParams
 from tandem_lab.sim.oracle import request_floors
 from tandem_lab.sim.physics import Roofline
-from tandem_lab.sim.workload import Workload, infinite_cache_hits
+from tandem_lab.sim.workload import Workload
 
 DEFAULT_MULTIPLES: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
@@ -123,10 +123,9 @@ def tier_curve(
                 ttft_ceiling=kept / n_feasible if n_feasible else 1.0,
             )
         )
-    _, inf_hits = infinite_cache_hits(workload, bt)
     return TierCurve(
         points=tuple(points),
-        infinite_hit_share=float(inf_hits.sum()) / prompt_tokens if prompt_tokens else 0.0,
+        infinite_hit_share=float(base.hit_tokens.sum()) / prompt_tokens if prompt_tokens else 0.0,
         feasible_requests=n_feasible,
         unique_blocks=unique,
         duration_s=float(workload.duration_s),
