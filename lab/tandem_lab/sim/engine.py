@@ -48,6 +48,7 @@ import numpy.typing as npt
 
 from tandem.core.capacity import ttft_budget
 from tandem.core.converge import Bounds, Moves, highest_first, next_moves
+from tandem.core.reshape import ReshapeDecision, drain_order, reshape_surge
 from tandem.core.rollout import RevisionCounts
 from tandem.routing import (
     Admission,
@@ -277,6 +278,23 @@ def _group_index(g: Group) -> int:
     return g.index
 
 
+class _GroupView:
+    """A pair group as ``tandem.core.reshape`` reads it (its ``GroupState``), taken when a decision is made."""
+
+    __slots__ = ("counts", "draining", "index", "ready", "revision")
+
+    def __init__(self, g: Group) -> None:
+        self.index = g.index
+        self.revision = g.revision.name
+        self.counts = (len(g.prefill), len(g.decode))
+        self.ready = g.pair_state == PairState.SERVING
+        self.draining = g.draining
+
+    @property
+    def live(self) -> bool:
+        return not self.draining
+
+
 @dataclass
 class InstanceRecord:
     role: int
@@ -489,6 +507,8 @@ class Simulation:
         self.samples: list[list[list[int]]] = []
         self.scale_actions = 0
         self.ratio_changes = 0
+        self._reshape_hold = False
+        """Groups off the target P:D remain and are being replaced (the operator holds a new P:D meanwhile)."""
         self.decisions: list[dict[str, Any]] = []
         self.hook_log: list[dict[str, Any]] = []
         self.events = 0
@@ -830,18 +850,24 @@ class Simulation:
             self.scale_actions += 1
         elif want < n:
 
-            def order(x: Any) -> tuple[int, float]:
+            def order(x: Any) -> tuple[int, int, float]:
                 inst = x.prefill[0] if isinstance(x, Group) else x
                 if isinstance(x, Group) and self.opt.topology == "pairs":
                     ready = x.pair_state == PairState.SERVING
-                    return (1 if ready else 0, -float(x.index))
-                return ({PENDING: 0, LOADING: 1}.get(inst.state, 2), -inst.t_ready if inst.state == READY else 0.0)
+                    off, index = drain_order(_GroupView(x), self.shape)
+                    return (1 if ready else 0, 0 if off else 1, -float(index))
+                return ({PENDING: 0, LOADING: 1}.get(inst.state, 2), 0, -inst.t_ready if inst.state == READY else 0.0)
 
             for victim in sorted(current, key=order)[: n - want]:
                 remove(victim)
             self.scale_actions += 1
 
     def _apply_pairs(self, target: FleetTarget, initial: bool) -> None:
+        """Pair groups toward ``target``. A new P:D is the *target shape*, as in the operator (design note 012
+        §5): groups keep the shape they were built with, new groups take the target, a scale-down drains
+        off-target groups first, and one off-target group at a time is replaced surge first while the mix costs
+        more than ``tandem.core.reshape.TAX_BOUND`` over the target shape (``reshape_surge``, the operator's
+        decision, with the policy's last work need)."""
         shape = target.shape or self.shape
         if shape != self.shape:
             self.ratio_changes += 1
@@ -857,19 +883,41 @@ class Simulation:
         self.desired_pairs = pairs
         self.desired = [pairs * shape[0], pairs * shape[1]]
         live = [g for g in self.groups.values() if not g.draining]
-        stale = [g for g in live if (len(g.prefill), len(g.decode)) != shape]
-        if not stale:
-            self._resize(live, pairs, lambda: self._new_group(self.stable, shape, initial), self._drain_group)
-            return
-        # Shape change: a rolling replacement, one pair group at a time (surge 1), new pairs first.
-        fresh = [g for g in live if (len(g.prefill), len(g.decode)) == shape]
-        warming = any(g.pair_state != PairState.SERVING for g in fresh)
-        if len(live) > pairs + (1 if warming else 0):
-            self._drain_group(max(stale, key=lambda g: g.index))
-            self.scale_actions += 1
-        elif not warming and len(fresh) < pairs:
-            self._new_group(self.stable, shape, initial)
-            self.scale_actions += 1
+        reshape = self._reshape(live, pairs, max_pairs, target.need)
+        self._reshape_hold = reshape.off_shape > 0 and not reshape.settled
+        self._resize(
+            live, pairs + reshape.extra, lambda: self._new_group(self.stable, shape, initial), self._drain_group
+        )
+
+    def _reshape(
+        self, live: list[Group], replicas: int, max_pairs: int, need: tuple[float, float] | None
+    ) -> ReshapeDecision:
+        """``tandem.core.reshape.reshape_surge`` over the simulator's groups. Steady: no canary and every live
+        group of the stable revision (a rollout replaces groups on its own). Room: one more target-shaped group
+        fits in ``max_instances`` beside every group holding GPUs (draining ones too)."""
+        views = [_GroupView(g) for g in self.groups.values()]
+        steady = self.canary is None and all(g.revision is self.stable for g in live)
+        used = sum(len(g.prefill) + len(g.decode) for g in self.groups.values())
+        room = 1 if used + self.shape[0] + self.shape[1] <= self.opt.max_instances else 0
+        return reshape_surge(
+            views,
+            revision=self.stable.name,
+            target=self.shape,
+            replicas=replicas,
+            steady=steady,
+            room=room,
+            need=need,
+            at_max_pairs=replicas >= max_pairs,
+        )
+
+    def group_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The live groups' (prefill, decode) in the order a scale-down keeps them (the reverse of
+        ``tandem.core.reshape.drain_order``), or () while every group has the target shape: what work planning
+        counts (``ScaleContext.group_shapes``)."""
+        live = [_GroupView(g) for g in self.groups.values() if not g.draining]
+        if all(v.counts == self.shape for v in live):
+            return ()
+        return tuple(v.counts for v in sorted(live, key=lambda v: drain_order(v, self.shape)))
 
     # --- routing -----------------------------------------------------------------------------
 
@@ -1425,8 +1473,10 @@ class Simulation:
             self._role_state(DECODE),
             len(live),
         )
-        shapes = {(len(g.prefill), len(g.decode)) for g in live}
-        return replace(view, shape_rollout=len(shapes) > 1) if len(shapes) > 1 else view
+        shapes = self.group_shapes() if self.opt.topology == "pairs" else ()
+        if not shapes:
+            return view
+        return replace(view, shape_rollout=self._reshape_hold, group_shapes=shapes)
 
     def _policy_tick(self) -> None:
         obs = self.observation()

@@ -289,7 +289,10 @@ class Observation:
     """Serving pair groups when the visible scrape was taken (the capacity behind the metrics)."""
     serving_instances_scraped: tuple[int, int] = (0, 0)
     shape_rollout: bool = False
-    """Pair groups of more than one shape exist (a P:D change is being rolled out)."""
+    """Groups off the target P:D remain and are being replaced (``tandem.core.reshape``): the operator chooses no
+    new P:D meanwhile."""
+    group_shapes: tuple[tuple[int, int], ...] = ()
+    """The live groups' (prefill, decode) in the order a scale-down keeps them; () while all have the target."""
     ttft_attainment: float | None = None
     """Router: share of requests with an outcome in the window that met their TTFT budget (misses: rejects,
     failures, timeouts and late first tokens), leaving out service-bound misses (the request's own prefill

@@ -35,14 +35,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from tandem.core.capacity import instances_for
-from tandem.core.pairs import PairView
 
 TAX_BOUND: Final = 0.15
 """Replace off-target groups only while the mix needs more than 15 % more instances than the target shape for
 the same need (design note 012 §5): below that, a reload costs more than it saves."""
+
+
+class GroupState(Protocol):
+    """What these decisions read of a pair group: ``tandem.core.pairs.PairView`` in the operator, the
+    simulator's own view of its groups in the lab (so both run this module, not a copy of it)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def revision(self) -> str: ...
+
+    @property
+    def counts(self) -> tuple[int, int]: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def live(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -56,13 +78,13 @@ class ReshapeDecision:
     """Off-target groups stay by choice (the mix is within :data:`TAX_BOUND`): no replacement is coming."""
 
 
-def off_shape(pairs: Sequence[PairView], revision: str, target: tuple[int, int]) -> int:
+def off_shape(pairs: Sequence[GroupState], revision: str, target: tuple[int, int]) -> int:
     """Live groups of ``revision`` built in another shape than ``target``."""
     return sum(1 for p in pairs if p.live and p.revision == revision and p.counts != target)
 
 
 def reshape_surge(
-    pairs: Sequence[PairView],
+    pairs: Sequence[GroupState],
     *,
     revision: str,
     target: tuple[int, int],
@@ -125,7 +147,7 @@ def reshape_surge(
     return ReshapeDecision(0, off, "")
 
 
-def _short_after_drain(live: Sequence[PairView], target: tuple[int, int], need: tuple[float, float]) -> str:
+def _short_after_drain(live: Sequence[GroupState], target: tuple[int, int], need: tuple[float, float]) -> str:
     """Why draining the group a scale-down takes first would leave a role short of ``need``, or ""."""
     drained = max(live, key=lambda p: drain_order(p, target))
     left = [p for p in live if p is not drained]
@@ -140,10 +162,10 @@ def _short_after_drain(live: Sequence[PairView], target: tuple[int, int], need: 
     return ""
 
 
-def drain_order(pair: PairView, target: tuple[int, int]) -> tuple[bool, int]:
+def drain_order(pair: GroupState, target: tuple[int, int]) -> tuple[bool, int]:
     """Sort key of the groups a scale-down takes, highest first: off-target groups before target-shaped ones,
     then the highest index (``tandem.core.converge.highest_first``)."""
     return pair.counts != target, pair.index
 
 
-__all__ = ["TAX_BOUND", "ReshapeDecision", "drain_order", "off_shape", "reshape_surge"]
+__all__ = ["TAX_BOUND", "GroupState", "ReshapeDecision", "drain_order", "off_shape", "reshape_surge"]

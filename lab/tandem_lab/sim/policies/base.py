@@ -37,6 +37,9 @@ class FleetTarget:
     pairs: int | None = None
     shape: tuple[int, int] | None = None
     """(prefill, decode) instances per pair group; None keeps the current shape."""
+    need: tuple[float, float] | None = None
+    """Work planning's last per-role need (``tandem.core.autoscale.last_work_need``): while groups take a new
+    shape, a replacement is kept until the groups left would hold it (``tandem.core.reshape``)."""
 
     def instances(self, default_shape: tuple[int, int]) -> tuple[int, int]:
         if self.pairs is None:

@@ -18,8 +18,11 @@ Wiring choices (reviewable; docs/design/007-simulator.md):
   ``current_pairs`` is the pair count the policy last asked for (``spec.pairs.replicas``).
 - ``max_placeable_pairs`` is None (the simulated cluster has room for the shared maximum fleet) and
   ``hold_scale_down`` is False (no rollback in W1–W4, W6).
-- A ratio change is applied as :func:`equivalent_pairs` of the new shape (capacity first); the engine
-  replaces pair groups one at a time and the ratio is held while groups of the old shape remain.
+- A ratio change is applied as :func:`equivalent_pairs` of the new shape (capacity first). The new P:D is the
+  target shape, as in the operator: the engine builds new groups in it, drains off-target groups first and
+  replaces them one at a time, surge first, with ``tandem.core.reshape`` (this policy hands it work planning's
+  last need); ``group_shapes`` lets work planning count the groups as they are, and no new ratio is chosen
+  while off-target groups are still being replaced.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from tandem.core.autoscale import (
     compute_desired_pairs,
     compute_role_ratio,
     equivalent_pairs,
+    last_work_need,
 )
 from tandem.core.capacity import CapacityProfile
+from tandem.core.plan import NEED_MAX_AGE_EVALUATIONS
 from tandem_lab.sim.config import deep_merge
 from tandem_lab.sim.metrics import PREFILL, Observation
 from tandem_lab.sim.policies.base import FleetTarget, PolicyContext, Topology, unit_shape
@@ -158,6 +163,7 @@ class TandemAutoscaler:
             surge_pairs=1,
             hold_scale_down=False,
             shape=self.shape,
+            group_shapes=obs.group_shapes,
         )
         decision, self.state = compute_desired_pairs(self.policy, context, snap, self.state, obs.now)
         self.last_reason = decision.reason
@@ -180,4 +186,5 @@ class TandemAutoscaler:
             self.shape = ratio.shape
             self.reasons[ratio.reason] = self.reasons.get(ratio.reason, 0) + 1
         self.pairs = pairs
-        return FleetTarget(pairs=pairs, shape=self.shape)
+        need = last_work_need(self.state, obs.now, NEED_MAX_AGE_EVALUATIONS * self.interval_s)
+        return FleetTarget(pairs=pairs, shape=self.shape, need=need)
