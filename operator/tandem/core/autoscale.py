@@ -1216,22 +1216,34 @@ def compute_role_ratio(
     *,
     hold: bool = False,
     dwell_s: float | None = None,
+    need: tuple[float, float] | None = None,
 ) -> tuple[RatioDecision, RatioState]:
     """Propose a new (prefill, decode) per pair group when one role stays the bottleneck.
 
-    Pressures: p = TTFT p95 / target, d = max(TPOT p90 / target, decode KV / target). Whole-pair
-    scaling holds the binding role in its latency band, so the signature of a wrong ratio is one
-    role at or above the band's floor while the other is below it: prefill-bound when
-    p ≥ 1 − 2·tol > d, decode-bound in mirror. The verdict must hold on complete data for ``dwell_s``
-    (default: the down-stabilization window, at least two intervals); anything else restarts the
-    streak. Then one instance moves toward ρ* = (P × p) / (D × d) (the ratio at which both roles
-    would sit at the same pressure): prefill-bound tries (P+1, D) and (P, D−1), decode-bound
-    (P, D+1) and (P−1, D), inside the bounds, in lowest terms when that fits. The best candidate
-    must beat today's shape by ln(1 + tol) in |ln(shape) − ln ρ*| (hysteresis: no flapping between
-    neighbours). ``hold`` (a shape rollout in progress) freezes it.
+    With work planning (``spec.autoscaling.capacityProfile``; ``need``: the per-role instances this
+    evaluation needed, :func:`last_work_need`; without it, no change), the target ratio is the work's: ρ* = prefill need / decode need. The verdict is
+    prefill-bound when ρ* > (P/D)·(1 + tol), decode-bound when ρ* < (P/D)/(1 + tol). Why not the pressures
+    below: a pool-wide TTFT p95 is the prefill time of long prompts, above its target even on an idle fleet
+    (issue 18), so the latency rule calls every such pool prefill-bound and moves one instance toward prefill
+    at each dwell, without end (the simulator's W1 went 4P:1D → 10P:1D in half an hour while its work needed
+    about 3.7:1).
 
-    Example: 1P:1D, p = 1.0, d = 0.6 → ρ* = 1.67; 2P:1D is 0.18 from ρ* in log terms against 0.51
+    Without a need, pressures: p = TTFT p95 / target, d = max(TPOT p90 / target, decode KV / target).
+    Whole-pair scaling holds the binding role in its latency band, so the signature of a wrong ratio is one
+    role at or above the band's floor while the other is below it: prefill-bound when p ≥ 1 − 2·tol > d,
+    decode-bound in mirror, and ρ* = (P × p) / (D × d) (the ratio at which both roles would sit at the same
+    pressure).
+
+    Either way the verdict must hold on complete data for ``dwell_s`` (default: the down-stabilization
+    window, at least two intervals); anything else restarts the streak. Then one instance moves toward ρ*:
+    prefill-bound tries (P+1, D) and (P, D−1), decode-bound (P, D+1) and (P−1, D), inside the bounds, in
+    lowest terms when that fits. The best candidate must beat today's shape by ln(1 + tol) in
+    |ln(shape) − ln ρ*| (hysteresis: no flapping between neighbours). ``hold`` (groups still being replaced
+    for the last change) freezes it.
+
+    Example (pressures): 1P:1D, p = 1.0, d = 0.6 → ρ* = 1.67; 2P:1D is 0.18 from ρ* in log terms against 0.51
     today → 2P:1D. Once pairs are trimmed (d → 1.0, p → 0.83) both roles sit in the band: balanced.
+    Example (work): 4P:1D, need 13.0P + 3.5D → ρ* = 3.71, within 10 % of 4: balanced.
     """
     policy = _policy(spec)
     bounds, tol = policy.ratio, policy.tolerance
@@ -1245,30 +1257,44 @@ def compute_role_ratio(
         return keep(REASON_RATIO_DISABLED, "P:D adjustment is disabled", state, {})
     if hold:
         return keep(REASON_RATIO_ROLLOUT, "a pair-shape rollout is in progress", reset, {})
-    reading = _read(policy, metrics, 1 if metrics.expected_decode or metrics.expected_prefill else 0)
-    p_press, d_press = _pressures(policy, reading)
-    shown = {
-        "shape": f"{shape[0]}P:{shape[1]}D",
-        "prefillPressure": "-" if p_press is None else _num(p_press),
-        "decodePressure": "-" if d_press is None else _num(d_press),
-    }
-    if reading.completeness != "complete" or p_press is None or d_press is None:
-        return keep(REASON_RATIO_NO_DATA, "needs complete TTFT and TPOT or KV data", reset, shown)
-
     verdict: Role | None = None
-    floor = _band(tol, latency=True)[0]
-    if p_press >= floor > d_press:
-        verdict = "prefill"
-    elif d_press >= floor > p_press:
-        verdict = "decode"
+    shown: dict[str, str] = {"shape": f"{shape[0]}P:{shape[1]}D"}
+    if policy.work is not None:
+        if need is None:
+            return keep(REASON_RATIO_NO_DATA, "needs this evaluation's work need (work planning)", reset, shown)
+        p_need, d_need = need
+        shown["workNeed"] = f"{p_need:.2f}P+{d_need:.2f}D"
+        if not (p_need > 0 and d_need > 0 and math.isfinite(p_need) and math.isfinite(d_need)):
+            return keep(REASON_RATIO_NO_DATA, "needs a positive work need of both roles", reset, shown)
+        ideal = math.log(p_need / d_need)
+        today = math.log(shape[0] / shape[1])
+        if ideal > today + math.log(1 + tol):
+            verdict = "prefill"
+        elif ideal < today - math.log(1 + tol):
+            verdict = "decode"
+        pressures = f"work {p_need:.1f}P+{d_need:.1f}D, ratio {p_need / d_need:.2f}"
+        balanced = f"the work's P:D {p_need / d_need:.2f} is within {tol:.0%} of {shape[0]}P:{shape[1]}D"
+    else:
+        reading = _read(policy, metrics, 1 if metrics.expected_decode or metrics.expected_prefill else 0)
+        p_press, d_press = _pressures(policy, reading)
+        shown["prefillPressure"] = "-" if p_press is None else _num(p_press)
+        shown["decodePressure"] = "-" if d_press is None else _num(d_press)
+        if reading.completeness != "complete" or p_press is None or d_press is None:
+            return keep(REASON_RATIO_NO_DATA, "needs complete TTFT and TPOT or KV data", reset, shown)
+        floor = _band(tol, latency=True)[0]
+        if p_press >= floor > d_press:
+            verdict = "prefill"
+        elif d_press >= floor > p_press:
+            verdict = "decode"
+        ideal = math.log(shape[0] * max(p_press, 0.05)) - math.log(shape[1] * max(d_press, 0.05))
+        pressures = f"prefill ×{_num(p_press)}, decode ×{_num(d_press)}"
+        balanced = "no role is the sole bottleneck"
     if verdict is None:
-        return keep(REASON_RATIO_BALANCED, "no role is the sole bottleneck", reset, shown)
+        return keep(REASON_RATIO_BALANCED, balanced, reset, shown)
     since = state.since if state.bottleneck == verdict and state.since is not None else now
     streak = RatioState(verdict, since, state.last_change_at)
     if now - since < dwell:
         return keep(REASON_RATIO_DWELL, f"{verdict}-bound for {_num(now - since)}s of {_num(dwell)}s", streak, shown)
-
-    ideal = math.log(shape[0] * max(p_press, 0.05)) - math.log(shape[1] * max(d_press, 0.05))
 
     def distance(c: tuple[int, int]) -> float:
         return abs(math.log(c[0] / c[1]) - ideal)
@@ -1279,7 +1305,7 @@ def compute_role_ratio(
         return keep(REASON_RATIO_AT_BOUNDS, f"{verdict}-bound, but no shape inside the bounds is better", streak, shown)
     reason = REASON_RATIO_PREFILL_BOUND if verdict == "prefill" else REASON_RATIO_DECODE_BOUND
     message = (
-        f"{verdict}-bound for {_num(now - since)}s (prefill ×{_num(p_press)}, decode ×{_num(d_press)}): "
+        f"{verdict}-bound for {_num(now - since)}s ({pressures}): "
         f"{shape[0]}P:{shape[1]}D → {best[0]}P:{best[1]}D"
     )
     return RatioDecision(best, shape, reason, message, shown), RatioState(None, None, now)

@@ -398,7 +398,8 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         requeue = min(requeue, max(1.0, scaled.requeue_after_s))
         # 8b. optional P:D adjustment: the new shape is written to spec.pairs; it is not a new revision, so the
         # groups take it as they cycle, one surge replacement at a time (step 1d), and no new ratio is chosen
-        # while groups are still off the last one
+        # while groups are still off the last one. With work planning the ratio follows the work's per-role need
+        # (this evaluation's), not the latency pressures
         shape = spec.pairs.shape
         ratio, ratio_state = compute_role_ratio(
             spec.autoscaling,
@@ -409,6 +410,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             hold=decision.status.phase in ("Progressing", "Paused", "RollingBack")
             or bool(actions.creates)
             or (reshape.off_shape > 0 and not reshape.settled),
+            need=last_work_need(autoscale_state, now.timestamp(), parse_duration(spec.autoscaling.interval)),
         )
         if ratio.changed:
             reshape_to = ratio.shape

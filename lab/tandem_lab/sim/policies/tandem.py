@@ -179,7 +179,13 @@ class TandemAutoscaler:
         )
         pairs = decision.desired_pairs
         ratio, self.ratio_state = compute_role_ratio(
-            self.policy, self.shape, snap, self.ratio_state, obs.now, hold=obs.shape_rollout
+            self.policy,
+            self.shape,
+            snap,
+            self.ratio_state,
+            obs.now,
+            hold=obs.shape_rollout,
+            need=last_work_need(self.state, obs.now, self.interval_s),
         )
         if ratio.changed:
             pairs = equivalent_pairs(pairs, self.shape, ratio.shape)
