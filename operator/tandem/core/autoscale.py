@@ -1221,12 +1221,12 @@ def compute_role_ratio(
     """Propose a new (prefill, decode) per pair group when one role stays the bottleneck.
 
     With work planning (``spec.autoscaling.capacityProfile``; ``need``: the per-role instances this
-    evaluation needed, :func:`last_work_need`; without it, no change), the target ratio is the work's: ρ* = prefill need / decode need. The verdict is
-    prefill-bound when ρ* > (P/D)·(1 + tol), decode-bound when ρ* < (P/D)/(1 + tol). Why not the pressures
-    below: a pool-wide TTFT p95 is the prefill time of long prompts, above its target even on an idle fleet
-    (issue 18), so the latency rule calls every such pool prefill-bound and moves one instance toward prefill
-    at each dwell, without end (the simulator's W1 went 4P:1D → 10P:1D in half an hour while its work needed
-    about 3.7:1).
+    evaluation needed, :func:`last_work_need`; without it, no change), the target ratio is the work's:
+    ρ* = prefill need / decode need. The verdict is prefill-bound when ρ* > (P/D)·(1 + tol), decode-bound
+    when ρ* < (P/D)/(1 + tol). Why not the pressures below: a pool-wide TTFT p95 is the prefill time of long
+    prompts, above its target even on an idle fleet (issue 18), so the latency rule calls such a pool
+    prefill-bound and moves one instance toward prefill at each dwell, without end (the simulator's
+    W1 --decorrelate went 4P:1D → 10P:1D in 28 minutes while its work needed 3–4 prefill per decode).
 
     Without a need, pressures: p = TTFT p95 / target, d = max(TPOT p90 / target, decode KV / target).
     Whole-pair scaling holds the binding role in its latency band, so the signature of a wrong ratio is one
