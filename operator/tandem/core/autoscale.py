@@ -1304,10 +1304,7 @@ def compute_role_ratio(
     if best is None or distance(best) > distance(shape) - math.log(1 + tol):
         return keep(REASON_RATIO_AT_BOUNDS, f"{verdict}-bound, but no shape inside the bounds is better", streak, shown)
     reason = REASON_RATIO_PREFILL_BOUND if verdict == "prefill" else REASON_RATIO_DECODE_BOUND
-    message = (
-        f"{verdict}-bound for {_num(now - since)}s ({pressures}): "
-        f"{shape[0]}P:{shape[1]}D → {best[0]}P:{best[1]}D"
-    )
+    message = f"{verdict}-bound for {_num(now - since)}s ({pressures}): {shape[0]}P:{shape[1]}D → {best[0]}P:{best[1]}D"
     return RatioDecision(best, shape, reason, message, shown), RatioState(None, None, now)
 
 
