@@ -384,3 +384,42 @@ def test_last_work_need_reads_the_last_evaluation_while_it_is_fresh() -> None:
     assert last_work_need(state, 1600.0, 90.0) is None  # the autoscaler stopped answering
     assert last_work_need(AutoscaleState(), 1000.0, 90.0) is None  # no work planning
     assert last_work_need(None, 1000.0, 90.0) is None
+
+
+def test_the_planner_hands_the_pd_step_this_evaluations_work_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With work planning the P:D step follows the need the autoscaler just computed (not the latency
+    pressures), so the planner must pass it; a pool without work planning passes None."""
+    from tandem.core import plan as plan_module  # noqa: PLC0415
+    from tests.unit.core.test_autoscale_work import snapshot as work_metrics  # noqa: PLC0415
+
+    world = converged(2, (1, 1), nodes=3)
+    profile = {
+        "prefill": [{"promptTokens": 8192, "uncachedTokensPerSecond": 16000}],
+        "decode": [{"contextTokens": 10000, "streams": 32, "tokensPerSecond": 2000}],
+        "loadTime": "240s",
+    }
+    needs: list[tuple[float, float] | None] = []
+    returned: list[AutoscaleState] = []
+    real_scale = plan_module.compute_desired_pairs
+
+    def scale_spy(*args: object, **kwargs: object) -> object:
+        decision, state = real_scale(*args, **kwargs)  # type: ignore[arg-type]
+        returned.append(state)
+        return decision, state
+
+    def ratio_spy(*args: object, need: tuple[float, float] | None = None, **kwargs: object) -> object:
+        needs.append(need)
+        return compute_role_ratio(*args, need=need, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("tandem.core.plan.compute_desired_pairs", scale_spy)
+    monkeypatch.setattr("tandem.core.plan.compute_role_ratio", ratio_spy)
+    for planning in (profile, None):
+        autoscaling = {"enabled": True, "minPairs": 1, "maxPairs": 8, "interval": "30s", "ratio": {"enabled": True}}
+        if planning is not None:
+            autoscaling["capacityProfile"] = planning
+        world.set_spec(make_pool().pairs(2, ratio=(1, 1), gpus=2).set("spec.autoscaling", autoscaling))
+        snapshot = replace(world.snapshot(), scaling_metrics=work_metrics(4.0, 2, streams=20.0))
+        plan_pool(snapshot)
+    now = world.now.timestamp()
+    assert needs[0] is not None and needs[0] == last_work_need(returned[0], now, 30.0)
+    assert needs[1] is None
