@@ -83,8 +83,8 @@ def test_a_prefill_heavy_need_moves_one_prefill_instance_after_the_dwell() -> No
 
 def test_a_decode_heavy_need_moves_toward_decode() -> None:
     log = evaluate((4.0, 4.0), (4, 1), until=4 * DWELL)  # 1 per decode against 4
-    changes = [(shape, reason) for _, shape, reason in log]
-    changes = [c for c, prev in zip(changes, [((4, 1), "")] + changes) if c[0] != prev[0]]
+    seen = [((4, 1), ""), *[(shape, reason) for _, shape, reason in log]]
+    changes = [c for prev, c in itertools.pairwise(seen) if c[0] != prev[0]]
     # one decode more per group, in lowest terms (4P:2D is 2P:1D), then 1P:1D, and there it stays
     assert changes == [((2, 1), REASON_RATIO_DECODE_BOUND), ((1, 1), REASON_RATIO_DECODE_BOUND)]
 
