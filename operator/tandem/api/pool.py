@@ -494,8 +494,12 @@ class RatioAdjustment(ApiModel):
 
     enabled: bool = False
     """Let the autoscaler change instances per role within the bounds below when one role stays the
-    bottleneck. A change is written to pairs.prefill/decode.instances (and replicas, keeping at least
-    today's instances per role): a new revision, rolled out through rollout.steps like any other."""
+    bottleneck for a dwell (the scale-down window): with autoscaling.capacityProfile, when the work's
+    prefill need per decode need is more than the tolerance off the pool's P:D; without one, when one role's
+    latency or KV pressure is at its target and the other's is not. One instance moves per change. A change is
+    written to pairs.prefill/decode.instances (and replicas, keeping at least today's instances per role). It is
+    not a new revision: new pair groups take the new P:D, and the groups built before are replaced one at a
+    time, surge first, while the mix costs more than 15 % over the new P:D; no new P:D is chosen until then."""
     min_prefill: Annotated[int, Field(ge=1, le=16)] = 1
     """Fewest prefill instances per pair group."""
     max_prefill: Annotated[int, Field(ge=1, le=16)] = 1
