@@ -1318,6 +1318,19 @@ def equivalent_pairs(pairs: int, old: tuple[int, int], new: tuple[int, int]) -> 
     return max(-(-pairs * p // p2), -(-pairs * d // d2))
 
 
+def ratio_pairs(pairs: int, old: tuple[int, int], new: tuple[int, int], need: tuple[float, float] | None) -> int:
+    """The pair count written with a P:D change.
+
+    With work planning (``need``) it stays: groups keep the shape they were built with and take the new one
+    as they cycle (``tandem.core.reshape``), the autoscaler already counted them as they are, and a replacement
+    that would leave a role short of the need is kept until a group is added. Converting the count as if
+    every group changed shape (:func:`equivalent_pairs`) would add groups the fleet does not need: in the
+    simulator, 4 groups of 4P:1D → 3P:1D became 6 groups, 4 of them still 4P:1D (28 instances for 20).
+    Without work planning nothing knows the per-role need, so the count is :func:`equivalent_pairs` (no role
+    loses instances)."""
+    return pairs if need is not None else equivalent_pairs(pairs, old, new)
+
+
 __all__ = [
     "AutoscaleDecision",
     "AutoscalePolicy",
@@ -1336,4 +1349,5 @@ __all__ = [
     "compute_role_ratio",
     "equivalent_pairs",
     "last_work_need",
+    "ratio_pairs",
 ]

@@ -74,8 +74,8 @@ from tandem.core.autoscale import (
     ScaleContext,
     compute_desired_pairs,
     compute_role_ratio,
-    equivalent_pairs,
     last_work_need,
+    ratio_pairs,
 )
 from tandem.core.converge import Bounds, highest_first, next_moves
 from tandem.core.drains import DRAIN_POLL_SECONDS, streams_closed
@@ -401,6 +401,7 @@ def plan_pool(snapshot: Snapshot) -> Plan:
         # while groups are still off the last one. With work planning the ratio follows the work's per-role need
         # (this evaluation's), not the latency pressures
         shape = spec.pairs.shape
+        work_need = last_work_need(autoscale_state, now.timestamp(), parse_duration(spec.autoscaling.interval))
         ratio, ratio_state = compute_role_ratio(
             spec.autoscaling,
             shape,
@@ -410,11 +411,11 @@ def plan_pool(snapshot: Snapshot) -> Plan:
             hold=decision.status.phase in ("Progressing", "Paused", "RollingBack")
             or bool(actions.creates)
             or (reshape.off_shape > 0 and not reshape.settled),
-            need=last_work_need(autoscale_state, now.timestamp(), parse_duration(spec.autoscaling.interval)),
+            need=work_need,
         )
         if ratio.changed:
             reshape_to = ratio.shape
-            scale_to = equivalent_pairs(scale_to or spec.pairs.replicas, shape, ratio.shape)
+            scale_to = ratio_pairs(scale_to or spec.pairs.replicas, shape, ratio.shape, work_need)
             events.append(
                 Event(
                     EVENT_NORMAL,

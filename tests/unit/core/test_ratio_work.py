@@ -21,6 +21,8 @@ from tandem.core.autoscale import (
     REASON_RATIO_PREFILL_BOUND,
     RatioState,
     compute_role_ratio,
+    equivalent_pairs,
+    ratio_pairs,
 )
 from tests.unit.core.factories_autoscale import make_snapshot, scaled_examples
 
@@ -127,3 +129,9 @@ def test_the_ratio_converges_on_the_works_and_never_flaps(need: tuple[float, flo
     assert all(b - a >= DWELL for a, b in itertools.pairwise(changes))
     last = [shape for t, shape, _ in log if t > 35 * DWELL]
     assert len(set(last)) == 1  # settled
+
+
+def test_a_pd_change_keeps_the_pair_count_under_work_planning() -> None:
+    """Groups take the new P:D as they cycle, so converting the count as if all changed would add groups."""
+    assert ratio_pairs(4, (4, 1), (3, 1), (9.6, 3.5)) == 4
+    assert ratio_pairs(10, (2, 1), (1, 1), None) == equivalent_pairs(10, (2, 1), (1, 1)) == 20

@@ -18,11 +18,11 @@ Wiring choices (reviewable; docs/design/007-simulator.md):
   ``current_pairs`` is the pair count the policy last asked for (``spec.pairs.replicas``).
 - ``max_placeable_pairs`` is None (the simulated cluster has room for the shared maximum fleet) and
   ``hold_scale_down`` is False (no rollback in W1–W4, W6).
-- A ratio change is applied as :func:`equivalent_pairs` of the new shape (capacity first). The new P:D is the
-  target shape, as in the operator: the engine builds new groups in it, drains off-target groups first and
-  replaces them one at a time, surge first, with ``tandem.core.reshape`` (this policy hands it work planning's
-  last need); ``group_shapes`` lets work planning count the groups as they are, and no new ratio is chosen
-  while off-target groups are still being replaced.
+- A ratio change keeps the pair count with work planning, else :func:`equivalent_pairs` (``ratio_pairs``, as
+  the planner does). The new P:D is the target shape, as in the operator: the engine builds new groups in it,
+  drains off-target groups first and replaces them one at a time, surge first, with ``tandem.core.reshape``
+  (this policy hands it work planning's last need); ``group_shapes`` lets work planning count the groups as
+  they are, and no new ratio is chosen while off-target groups are still being replaced.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from tandem.core.autoscale import (
     ScaleContext,
     compute_desired_pairs,
     compute_role_ratio,
-    equivalent_pairs,
     last_work_need,
+    ratio_pairs,
 )
 from tandem.core.capacity import CapacityProfile
 from tandem.core.plan import NEED_MAX_AGE_EVALUATIONS
@@ -178,17 +178,12 @@ class TandemAutoscaler:
             }
         )
         pairs = decision.desired_pairs
+        work_need = last_work_need(self.state, obs.now, self.interval_s)
         ratio, self.ratio_state = compute_role_ratio(
-            self.policy,
-            self.shape,
-            snap,
-            self.ratio_state,
-            obs.now,
-            hold=obs.shape_rollout,
-            need=last_work_need(self.state, obs.now, self.interval_s),
+            self.policy, self.shape, snap, self.ratio_state, obs.now, hold=obs.shape_rollout, need=work_need
         )
         if ratio.changed:
-            pairs = equivalent_pairs(pairs, self.shape, ratio.shape)
+            pairs = ratio_pairs(pairs, self.shape, ratio.shape, work_need)
             self.shape = ratio.shape
             self.reasons[ratio.reason] = self.reasons.get(ratio.reason, 0) + 1
         self.pairs = pairs
