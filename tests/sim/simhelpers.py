@@ -111,3 +111,21 @@ def spy_on(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Any]
 
     monkeypatch.setattr(module, name, spy)
     return calls
+
+
+def pair_fleet(pairs: int, shape: tuple[int, int] = (1, 1), max_instances: int = 100) -> Simulation:
+    """A one-request simulation with ``pairs`` Ready pair groups of ``shape``: for driving the fleet by hand
+    (``apply_target``, ``converge_revisions``) without running the clock."""
+    p = load_params()
+    wl = tiny_workload([0.0], [1024], [10], [[1, 2]])
+    sim = Simulation(
+        p,
+        Roofline.from_params(p),
+        wl,
+        FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs"),
+        SimOptions(topology="pairs", horizon_s=wl.duration_s, default_shape=shape, max_instances=max_instances),
+        np.random.default_rng(0),
+        np.ones(1),
+    )
+    sim.apply_target(FleetTarget(pairs=pairs, shape=shape), initial=True)
+    return sim

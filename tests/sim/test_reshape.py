@@ -3,32 +3,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tandem.core import reshape
 from tandem_lab.sim import engine
-from tandem_lab.sim.config import load_params
-from tandem_lab.sim.engine import LOADING, SimOptions, Simulation
-from tandem_lab.sim.physics import Roofline
+from tandem_lab.sim.engine import LOADING, Simulation
 from tandem_lab.sim.policies.base import FleetTarget
-from tests.sim.simhelpers import FixedFleet, tiny_workload
-
-
-def _sim(pairs: int, shape: tuple[int, int], max_instances: int = 100) -> Simulation:
-    p = load_params()
-    wl = tiny_workload([0.0], [1024], [10], [[1, 2]])
-    sim = Simulation(
-        p,
-        Roofline.from_params(p),
-        wl,
-        FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs"),
-        SimOptions(topology="pairs", horizon_s=wl.duration_s, default_shape=shape, max_instances=max_instances),
-        np.random.default_rng(0),
-        np.ones(1),
-    )
-    sim.apply_target(FleetTarget(pairs=pairs, shape=shape), initial=True)
-    return sim
+from tests.sim.simhelpers import pair_fleet
 
 
 def _ready_all(sim: Simulation) -> None:
@@ -49,7 +30,7 @@ def _serving_instances(sim: Simulation) -> tuple[int, int]:
 
 
 def test_a_new_shape_replaces_one_group_at_a_time_surge_first_and_never_drops_capacity() -> None:
-    sim = _sim(4, (1, 1))
+    sim = pair_fleet(4, (1, 1))
     target = FleetTarget(pairs=4, shape=(2, 1))
     start = _serving_instances(sim)
     live_counts: list[int] = []
@@ -66,7 +47,7 @@ def test_a_new_shape_replaces_one_group_at_a_time_surge_first_and_never_drops_ca
 
 
 def test_the_first_pass_after_a_shape_change_adds_one_target_group_and_drains_nothing() -> None:
-    sim = _sim(3, (1, 1))
+    sim = pair_fleet(3, (1, 1))
     sim.apply_target(FleetTarget(pairs=3, shape=(2, 1)))
     assert _shapes(sim) == [(1, 1), (1, 1), (1, 1), (2, 1)]
     assert not any(g.draining for g in sim.groups.values())
@@ -76,7 +57,7 @@ def test_the_first_pass_after_a_shape_change_adds_one_target_group_and_drains_no
 
 
 def test_a_scale_down_drains_an_off_target_group_first() -> None:
-    sim = _sim(3, (1, 1))
+    sim = pair_fleet(3, (1, 1))
     sim.apply_target(FleetTarget(pairs=3, shape=(2, 1)))
     _ready_all(sim)
     sim.apply_target(FleetTarget(pairs=2, shape=(2, 1)))
@@ -85,20 +66,20 @@ def test_a_scale_down_drains_an_off_target_group_first() -> None:
 
 
 def test_a_mix_within_the_tax_bound_is_kept_and_releases_the_ratio_hold() -> None:
-    sim = _sim(4, (2, 1))
+    sim = pair_fleet(4, (2, 1))
     # need: 5 prefill, 4 decode instances. Four 2P:1D groups hold it. Target 1P:1D would need 5 groups
     # (10 instances) alone; the mix of 2P:1D groups needs 4 groups (12 instances): 20 % over, so replace.
     sim.apply_target(FleetTarget(pairs=4, shape=(1, 1), need=(5.0, 4.0)))
     assert sum(1 for g in sim.groups.values() if not g.draining) == 5
     # need 8 prefill, 4 decode: the 2P:1D mix (12 instances) is what 1P:1D alone would need (16): kept
-    sim = _sim(4, (2, 1))
+    sim = pair_fleet(4, (2, 1))
     sim.apply_target(FleetTarget(pairs=4, shape=(1, 1), need=(8.0, 4.0)))
     assert _shapes(sim) == [(2, 1)] * 4
     assert not sim.observation().shape_rollout
 
 
 def test_no_surge_without_room_in_the_instance_budget() -> None:
-    sim = _sim(3, (1, 1), max_instances=6)
+    sim = pair_fleet(3, (1, 1), max_instances=6)
     for _ in range(4):
         sim.apply_target(FleetTarget(pairs=2, shape=(2, 1)))  # 2 × 1P:1D kept; a 2P:1D surge group (3) won't fit
         _ready_all(sim)
@@ -114,6 +95,6 @@ def test_the_engine_asks_the_operators_reshape_decision(monkeypatch: pytest.Monk
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(engine, "reshape_surge", spy)
-    sim = _sim(2, (1, 1))
+    sim = pair_fleet(2, (1, 1))
     sim.apply_target(FleetTarget(pairs=2, shape=(3, 1), need=(6.0, 2.0)))
     assert calls[-1]["target"] == (3, 1) and calls[-1]["need"] == (6.0, 2.0) and calls[-1]["replicas"] == 2

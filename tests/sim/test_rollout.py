@@ -16,13 +16,10 @@ from tandem.core.promql import template_sample_queries
 from tandem.routing import PairState
 from tandem_lab.sim import engine, rollout
 from tandem_lab.sim.config import load_params
-from tandem_lab.sim.engine import LOADING, Revision, SimOptions, Simulation
+from tandem_lab.sim.engine import LOADING, Revision, Simulation
 from tandem_lab.sim.metrics import RevisionSeries, Scrape, ScrapeStore
-from tandem_lab.sim.physics import Roofline
-from tandem_lab.sim.policies.base import FleetTarget
-from tandem_lab.sim.profile import FixedFleet
 from tandem_lab.sim.scenarios import ScenarioConfig
-from tests.sim.simhelpers import spy_on, tiny_workload
+from tests.sim.simhelpers import pair_fleet, spy_on
 from tests.support.tandem_cluster import REPO
 
 
@@ -269,18 +266,7 @@ def test_regression_gate_set_keeps_only_the_named_gates() -> None:
 
 
 def _sim(pairs: int, shape: tuple[int, int] = (1, 1)) -> Simulation:
-    p = load_params()
-    wl = tiny_workload([0.0], [1024], [10], [[1, 2]])
-    sim = Simulation(
-        p,
-        Roofline.from_params(p),
-        wl,
-        FixedFleet(FleetTarget(pairs=pairs, shape=shape), topology="pairs"),
-        SimOptions(topology="pairs", horizon_s=wl.duration_s, default_shape=shape, max_instances=100),
-        np.random.default_rng(0),
-        np.ones(1),
-    )
-    sim.apply_target(FleetTarget(pairs=pairs, shape=shape), initial=True)
+    sim = pair_fleet(pairs, shape)
     sim.add_revision(Revision("r2"))
     return sim
 
