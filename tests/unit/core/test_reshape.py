@@ -12,6 +12,7 @@ import pytest
 
 from tandem.api.labels import parse_shape, shape_text
 from tandem.api.revision import revision_spec, same_stack
+from tandem.core import plan as plan_module
 from tandem.core.autoscale import (
     AutoscaleState,
     MetricsSnapshot,
@@ -29,6 +30,7 @@ from tandem.core.reasons import REASON_RESHAPING
 from tandem.core.reshape import drain_order, reshape_surge
 from tandem.routing.table import PairState
 from tests.support.factories import World, image, make_nodes, make_pool
+from tests.unit.core.test_autoscale_work import snapshot as work_metrics
 
 
 def shapes(world: World) -> Counter[tuple[int, int]]:
@@ -389,9 +391,6 @@ def test_last_work_need_reads_the_last_evaluation_while_it_is_fresh() -> None:
 def test_the_planner_hands_the_pd_step_this_evaluations_work_need(monkeypatch: pytest.MonkeyPatch) -> None:
     """With work planning the P:D step follows the need the autoscaler just computed (not the latency
     pressures), so the planner must pass it; a pool without work planning passes None."""
-    from tandem.core import plan as plan_module  # noqa: PLC0415
-    from tests.unit.core.test_autoscale_work import snapshot as work_metrics  # noqa: PLC0415
-
     world = converged(2, (1, 1), nodes=3)
     profile = {
         "prefill": [{"promptTokens": 8192, "uncachedTokensPerSecond": 16000}],
