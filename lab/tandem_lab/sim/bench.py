@@ -151,7 +151,11 @@ def register(subparsers: Any) -> None:
     fleet.add_argument(
         "--scenarios", default="W1,W2,W3,W5", help="comma-separated subset of W1,W2,W3,W5 (default: all)"
     )
-    fleet.add_argument("--policies", default=",".join(SCALING), help="scaling policies for W1-W3 (default: all)")
+    fleet.add_argument(
+        "--policies",
+        default=",".join(SCALING),
+        help="scaling policies for W1-W3 (default: B0-B4 and tandem; C1, the clairvoyant reference, on request)",
+    )
     fleet.add_argument("--params", type=Path, help="YAML deep-merged over the shipped params.yaml")
     fleet.add_argument("--no-plots", action="store_true")
     fleet.add_argument("--quiet", action="store_true")

@@ -279,6 +279,9 @@ class PolicyParams(_Cfg):
     planner_prefill_correction: bool
     planner_decode_correction: bool
     ratio_target_utilization: float
+    clairvoyant_headroom: float = Field(1.0, gt=0)
+    clairvoyant_decode_headroom: float | None = Field(None, gt=0)
+    clairvoyant_lead_s: float | None = Field(None, ge=0)
     ratio_interval_s: float
     ratio_tolerance: float
     ratio_down_stabilization_s: float

@@ -115,6 +115,7 @@ def make_context(params: SimParams, cap: Roofline, bounds: Bounds, profile: Prof
         capacity_profile=planning_profile(
             cap, params, bounds.bound_hit_ratio * (profile.hit_efficiency if profile else 1.0), bounds.load_s
         ),
+        model_need=(bounds.demand.n_prefill, bounds.demand.n_decode, bounds.demand.window_s),
     )
 
 

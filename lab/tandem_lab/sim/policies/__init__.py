@@ -1,4 +1,5 @@
-"""Scaling policies for the simulator: the interface (:mod:`.base`), baselines B0–B4 (:mod:`.baselines`)
+"""Scaling policies for the simulator: the interface (:mod:`.base`), baselines B0–B4 (:mod:`.baselines`), the
+clairvoyant reference C1 (:mod:`.clairvoyant`)
 and Tandem's own (:mod:`.tandem`, imported from ``tandem.core`` and loaded only when asked for, so a
 broken ``tandem.core`` fails the runs that need it — never silently)."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 from tandem_lab.sim.policies.base import FleetTarget, PolicyContext, ScalingPolicy, Topology, unit_shape
 from tandem_lab.sim.policies.baselines import HpaUtilization, KedaQueue, PlannerLike, RatioLocked, StaticPeak
+from tandem_lab.sim.policies.clairvoyant import Clairvoyant
 
 POLICIES: dict[str, str] = {
     "B0": "static peak (1.1 × oracle peak)",
@@ -14,6 +16,7 @@ POLICIES: dict[str, str] = {
     "B3": "Dynamo-planner-like throughput planner",
     "B4": "ratio-locked on decode tokens/s",
     "tandem": "tandem.core.autoscale on pair groups",
+    "C1": "clairvoyant reference: the model's future need, a slowest load ahead",
 }
 POLICY_WORDS: dict[str, str] = {
     "B0": "**B0 static peak**: a fixed fleet for the whole run, 1.1 × the planning model's per-role peak "
@@ -29,10 +32,21 @@ POLICY_WORDS: dict[str, str] = {
     "tandem": "**tandem**: `tandem.core.autoscale` unchanged on pair groups; with a capacity profile it plans "
     "from the work (M/D/c prefill, square-root-staffed decode, forecast over the load time, attainment "
     "correction; docs/design/012-autoscaler.md).",
+    "C1": "**C1 clairvoyant** (a reference, not a baseline): it reads the planning model's need for the whole run "
+    "and holds H × the largest need over the next slowest load time (H = 1 unless `policies.clairvoyant_headroom`), on "
+    "independent pools: an exact forecast, never late. What it misses, no online policy here catches at its GPU-hours.",
 }
 """What each policy is, in words, for the reports (benchmarks.md §5 has the full definitions)."""
 
-ALIASES = {"static": "B0", "hpa": "B1", "keda": "B2", "planner": "B3", "ratio": "B4", "ours": "tandem"}
+ALIASES = {
+    "static": "B0",
+    "hpa": "B1",
+    "keda": "B2",
+    "planner": "B3",
+    "ratio": "B4",
+    "ours": "tandem",
+    "clairvoyant": "C1",
+}
 
 
 def canonical(name: str) -> str:
@@ -55,6 +69,8 @@ def make_policy(name: str, ctx: PolicyContext, ttft_p95_ms: int = 1000) -> Scali
         return PlannerLike(ctx)
     if key == "B4":
         return RatioLocked(ctx)
+    if key == "C1":
+        return Clairvoyant(ctx)
     from tandem_lab.sim.policies.tandem import TandemAutoscaler  # noqa: PLC0415 - fail here, loudly, if core is broken
 
     return TandemAutoscaler(ctx, ttft_p95_ms)

@@ -9,13 +9,17 @@ Fairness rules (benchmarks.md §5), enforced by the engine and not by policies: 
 same :class:`~tandem_lab.sim.metrics.Observation` (same scrape interval, window and lag), the same load
 times, the same router and the same min/max bounds; the engine clamps every target to the bounds.
 
-Must not: policies never see the engine, instances or requests — only observations.
+Must not: policies never see the engine, instances or requests — only observations. One exception, by
+design: C1, the clairvoyant reference, also reads the planning model's future need (``model_need``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from tandem.core.capacity import CapacityProfile
 from tandem_lab.sim.config import SimParams
@@ -70,6 +74,9 @@ class PolicyContext:
     """The stack's capacity profile measured on the simulator's physics
     (:func:`tandem_lab.sim.profile.planning_profile`):
     what a user declares in ``spec.autoscaling.capacityProfile``; any policy may use it."""
+    model_need: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], float] | None = None
+    """The planning model's per-window need over the whole run (prefill, decode, window seconds): the future.
+    Only C1, the clairvoyant reference (:mod:`.clairvoyant`), reads it; the policies it is compared with may not."""
 
 
 class ScalingPolicy(Protocol):
