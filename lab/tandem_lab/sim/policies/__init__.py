@@ -34,7 +34,7 @@ POLICY_WORDS: dict[str, str] = {
     "correction; docs/design/012-autoscaler.md).",
     "C1": "**C1 clairvoyant** (a reference, not a baseline): it reads the planning model's need for the whole run "
     "and holds H × the largest need over the next slowest load time (H = 1 unless `policies.clairvoyant_headroom`), on "
-    "independent pools: an exact forecast, never late. What it misses, no online policy here catches at its GPU-hours.",
+    "independent pools: an exact forecast, never late. What it misses, no better forecast catches at its GPU-hours.",
 }
 """What each policy is, in words, for the reports (benchmarks.md §5 has the full definitions)."""
 

@@ -14,8 +14,9 @@ Ready before the window that needs it, whatever load it draws. ``H`` is ``polici
 Why it exists: issue 18 asks for ≥ 99 % attainment at ≤ 1.3 × the model O1. B0 answers what a fleet that
 never moves can do; C1 answers what a fleet that moves perfectly on time can do: the forecast is exact and
 the lead covers every load, so what it misses is what the planning model's need (× H) cannot hold, not
-lateness. Where C1 at a headroom H misses a target, no online policy in this simulator reaches it at C1's
-GPU-hours. It pays for its lead (instances are created up to ``lead`` early and drained when the need
+lateness. Where C1 misses a target at every headroom up to a price, a policy that sizes from the planning
+model does not reach it at that price by forecasting better (it could by sizing differently: routing, another
+split of the roles). It pays for its lead (instances are created up to ``lead`` early and drained when the need
 falls), as a real fleet would.
 """
 
