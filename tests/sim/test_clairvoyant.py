@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tandem_lab.sim.config import load_params
-from tandem_lab.sim.policies import canonical, make_policy
+from tandem_lab.sim.policies import POLICIES, canonical, make_policy
 from tandem_lab.sim.policies.clairvoyant import INTERVAL_S, Clairvoyant
 from tandem_lab.sim.runner import make_context, prepare
 from tandem_lab.sim.scenarios import ScenarioConfig
@@ -92,7 +92,7 @@ def test_it_is_reachable_by_id_and_alias() -> None:
     assert isinstance(make_policy("C1", make_ctx(params=p, model_need=(n, n, WINDOW_S))), Clairvoyant)
 
 
-def test_only_c1_gets_a_context_with_the_future_and_it_is_the_models_need() -> None:
+def test_the_context_carries_the_models_need_and_no_other_policy_depends_on_it() -> None:
     prep = prepare(ScenarioConfig("W1", copies=1), 1, load_params())
     ctx = make_context(prep.params, prep.cap, prep.bounds, prep.profile)
     assert ctx.model_need is not None
@@ -100,4 +100,8 @@ def test_only_c1_gets_a_context_with_the_future_and_it_is_the_models_need() -> N
     assert np.array_equal(n_p, prep.bounds.demand.n_prefill)
     assert np.array_equal(n_d, prep.bounds.demand.n_decode)
     assert window == prep.bounds.demand.window_s
-    assert replace(ctx, model_need=None).model_need is None
+    blind = replace(ctx, model_need=None)
+    for name in POLICIES:
+        if name == "C1":
+            continue
+        assert make_policy(name, blind).initial_target() == make_policy(name, ctx).initial_target(), name

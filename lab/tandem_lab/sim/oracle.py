@@ -566,11 +566,20 @@ def served_bounds(
     )
 
 
+def _possible_load_times(params: SimParams) -> list[float]:
+    """Load times of the kinds that can occur (positive weight in the load mix)."""
+    mix = params.lifecycle.load_mix
+    return [params.lifecycle.load_times_s[k] for k, w in mix.items() if w > 0]
+
+
 def min_load_s(params: SimParams) -> float:
     """The oracle's L_min: the fastest load kind that can occur (positive weight in the load mix)."""
-    mix = params.lifecycle.load_mix
-    times = [params.lifecycle.load_times_s[k] for k, w in mix.items() if w > 0]
-    return min(times) if times else 0.0
+    return min(_possible_load_times(params), default=0.0)
+
+
+def max_load_s(params: SimParams) -> float:
+    """The slowest load kind that can occur: a capacity request this far ahead is never late (C1's lead)."""
+    return max(_possible_load_times(params), default=0.0)
 
 
 def expected_load_s(params: SimParams) -> float:

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from tandem_lab.sim.metrics import Observation
+from tandem_lab.sim.oracle import max_load_s
 from tandem_lab.sim.policies.base import FleetTarget, PolicyContext, Topology
 
 INTERVAL_S = 30.0
@@ -45,13 +46,12 @@ class Clairvoyant:
             raise ValueError("C1 needs the planning model's per-window need (PolicyContext.model_need)")
         n_p, n_d, window_s = ctx.model_need
         pol = ctx.params.policies
-        life = ctx.params.lifecycle
-        slowest = max((life.load_times_s[k] for k, w in life.load_mix.items() if w > 0), default=0.0)
-        self.lead_s = pol.clairvoyant_lead_s if pol.clairvoyant_lead_s is not None else life.schedule_delay_s + slowest
+        slowest = ctx.params.lifecycle.schedule_delay_s + max_load_s(ctx.params)
+        self.lead_s = pol.clairvoyant_lead_s if pol.clairvoyant_lead_s is not None else slowest
         h_d = pol.clairvoyant_decode_headroom
         self.headroom = (pol.clairvoyant_headroom, pol.clairvoyant_headroom if h_d is None else h_d)
         self.window_s = window_s
-        self.ctx = ctx
+        self._floors = (ctx.min_prefill, ctx.min_decode)
         self._need = (np.asarray(n_p, dtype=np.float64), np.asarray(n_d, dtype=np.float64))
 
     def _target(self, now: float) -> FleetTarget:
@@ -60,10 +60,8 @@ class Clairvoyant:
         first = min(max(0, int(now // self.window_s)), len(self._need[0]) - 1)
         last = math.ceil((now + self.lead_s + self.interval_s) / self.window_s)
         counts = []
-        floors = (self.ctx.min_prefill, self.ctx.min_decode)
-        for need, floor, h in zip(self._need, floors, self.headroom, strict=True):
-            ahead = need[first : max(first + 1, last)]
-            peak = float(ahead.max()) if len(ahead) else 0.0
+        for need, floor, h in zip(self._need, self._floors, self.headroom, strict=True):
+            peak = float(need[first : max(first + 1, last)].max())  # never empty: first is a valid window
             counts.append(max(floor, math.ceil(h * peak - 1e-9)))
         return FleetTarget(prefill=counts[0], decode=counts[1])
 
