@@ -98,3 +98,22 @@ def test_the_engine_asks_the_operators_reshape_decision(monkeypatch: pytest.Monk
     sim = pair_fleet(2, (1, 1))
     sim.apply_target(FleetTarget(pairs=2, shape=(3, 1), need=(6.0, 2.0)))
     assert calls[-1]["target"] == (3, 1) and calls[-1]["need"] == (6.0, 2.0) and calls[-1]["replicas"] == 2
+
+
+def test_the_routers_pair_limits_follow_the_groups_in_its_table_as_the_operators_do() -> None:
+    """``tandem.routing.Admission.for_groups`` in the simulator too: 1P:1D → 2P:1D keeps a 1P:1D pair's queue
+    limit while any 1P:1D group is listed, and takes the 2P:1D one when the last is gone."""
+    sim = pair_fleet(2, (1, 1))
+    per_instance = sim.p.admission.max_queued
+    target = FleetTarget(pairs=2, shape=(2, 1))
+    limits: list[tuple[list[tuple[int, int]], int]] = []
+    for _ in range(12):
+        sim.apply_target(target)
+        _ready_all(sim)
+        sim._rebuild_table()
+        assert sim.bound.admission is not None
+        limits.append((_shapes(sim, live=False), sim.bound.admission.max_queued))
+    for listed, queued in limits:
+        assert queued == per_instance * min(p for p, _ in listed), (listed, queued)
+    assert limits[0][1] == per_instance and limits[-1] == ([(2, 1), (2, 1)], 2 * per_instance)
+    assert sim.bound.admission.max_in_flight == sim.p.admission.max_in_flight

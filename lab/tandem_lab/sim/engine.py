@@ -39,7 +39,7 @@ import copy
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -428,7 +428,7 @@ class Simulation:
         self.pending_bind: deque[Instance] = deque()
         # routing
         self.keys = list(options.routing_keys) if options.routing_keys else [0] * n
-        self.bound = self._walk_bound(options.default_shape if options.topology == "pairs" else (1, 1))
+        self.bound = self._walk_bound([options.default_shape if options.topology == "pairs" else (1, 1)])
         self._pairs: tuple[Pair, ...] = ()
         self._candidates: tuple[Pair, ...] = ()
         self._serving: list[Group] = []
@@ -518,22 +518,21 @@ class Simulation:
         self._next_progress = options.progress_every_s
         self._halted = False
 
-    def _walk_bound(self, shape: tuple[int, int]) -> WalkBound:
-        """The router's walk parameters. Admission limits are per instance in the pool API (in flight =
-        ``--max-num-seqs`` of a decode instance, queued per prefill instance) while the routing table
-        compares them with pair sums, so a pair group of p prefill + d decode instances gets d × the
-        in-flight and p × the queue limit (a prefill unit in ``pools`` gets the per-instance ones)."""
+    def _walk_bound(self, shapes: Iterable[tuple[int, int]]) -> WalkBound:
+        """The router's walk parameters for pair groups of these (prefill, decode) shapes. The pool API's
+        admission limits are per instance; ``tandem.routing.Admission.for_groups`` turns them into the pair
+        limits the table carries, as the operator publishes them (a prefill unit in ``pools`` gets the
+        per-instance ones)."""
         adm = self.p.admission
-        p, d = shape
         return WalkBound(
             load_bound_percent=self.p.router.load_bound_percent,
             max_walk=self.p.router.max_walk,
             admission=Admission(
-                max_in_flight=adm.max_in_flight * d,
-                max_queued=adm.max_queued * p,
+                max_in_flight=adm.max_in_flight,
+                max_queued=adm.max_queued,
                 max_kv_utilization_percent=adm.max_kv_utilization_percent,
                 reject_status=adm.reject_status,
-            ),
+            ).for_groups(shapes),
         )
 
     # --- scheduling --------------------------------------------------------------------------
@@ -872,7 +871,6 @@ class Simulation:
         if shape != self.shape:
             self.ratio_changes += 1
             self.shape = shape
-            self.bound = self._walk_bound(shape)
         if target.pairs is None:
             p, d = target.prefill, target.decode
             pairs = max(math.ceil(p / shape[0]) if p else 0, math.ceil(d / shape[1]) if d else 0)
@@ -934,6 +932,9 @@ class Simulation:
         # select() considers only serving pairs with a positive weight; hand it just those (same result).
         self._candidates = tuple(p for p in self._pairs if p.state is PairState.SERVING and p.weight > 0)
         self._mirror_set = mirror_candidates(self._pairs) if self.canary_mirror else None
+        if self.opt.topology == "pairs" and groups:
+            # The table's limits follow the groups it lists, as the operator's do (smallest group per role).
+            self.bound = self._walk_bound([(len(g.prefill), len(g.decode)) for g in groups])
         self._table_dirty = False
 
     def _flush_loads(self) -> None:

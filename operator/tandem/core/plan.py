@@ -25,7 +25,8 @@ The rules, in order:
    the pairs (by index) and the nodes (`tandem.core.placement`).
 5. The routing table lists every pair in ring order: `serving` only while all instances are Ready
    (INV-6), `warming` before, `draining` after; pair weights give the canary its share, capped by its
-   Ready share.
+   Ready share. Its admission limits are per pair: the pool's per-instance ones times the instances of the
+   smallest group listed (`tandem.routing.Admission.for_groups`).
 6. Status: counts, revisions, rollout, conditions (lastTransitionTime only moves on a flip).
 
 Worked example: replicas 8 → 10 on 10 empty 8-GPU nodes, 1P+1D at 4 GPUs, maxSurge 1: pass 1 creates
@@ -1103,7 +1104,7 @@ def build_table(
             max_queued=spec.admission.max_queued,
             max_kv_utilization_percent=spec.admission.max_kv_cache_utilization_percent,
             reject_status=spec.admission.reject_status,
-        ),
+        ).for_groups([row[5] for row in rows] or [spec.pairs.shape]),
         revisions=Revisions(
             stable=decision.stable,
             canary=canary,

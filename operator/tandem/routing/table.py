@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Final, Literal, Self
 
@@ -133,7 +134,9 @@ class HashSpec(_Wire):
 
 
 class Admission(_Wire):
-    """Per-instance fast-reject limits: a full instance answers at once and the router walks on."""
+    """A pair's fast-reject limits: a full pair answers at once and the router walks on. The router compares them
+    with the pair's sums over its instances; the operator publishes them for the pool's pair groups
+    (:meth:`for_groups`), so a router applies them as they are."""
 
     max_in_flight: Annotated[int, Field(ge=1)]
     """A pair with this many requests in flight is full."""
@@ -143,6 +146,31 @@ class Admission(_Wire):
     """A pair whose KV-cache usage is at or above this percent is full."""
     reject_status: Literal[429, 503] = 429
     """HTTP status the router returns when every candidate it tried was full."""
+
+    def for_groups(self, shapes: Iterable[tuple[int, int]]) -> Admission:
+        """The pair limits of groups of these (prefill, decode) shapes, when ``self`` holds the pool API's
+        per-instance limits (``maxInFlight`` is each decode instance's ``--max-num-seqs``, ``maxQueued`` what
+        each prefill instance may queue). The router compares limits with the pair's sums, so a group of p
+        prefill and d decode instances is full at d × ``maxInFlight`` in flight or p × ``maxQueued`` waiting;
+        the KV limit is a percentage of the fullest decode instance and stays as it is.
+
+        One limit serves every pair of a table, so while groups of several shapes coexist (a P:D change
+        as groups cycle, ``tandem.core.reshape``) it is the smallest group's, per role: a larger group walks on
+        early, but no group is let queue more than its instances can take. No shapes: the per-instance limits.
+
+        Why here: the operator's table and the simulator's router read the same rule; before it, a 2P:1D
+        group's pair was full at *one* instance's queue limit (``examples/long-context-pool.yaml``).
+        Example: ``maxInFlight`` 48, ``maxQueued`` 4, shapes 4P:1D and 2P:1D → 48 in flight, 8 queued."""
+        counts = list(shapes)
+        if not counts:
+            return self
+        prefill = max(1, min(p for p, _ in counts))
+        decode = max(1, min(d for _, d in counts))
+        if (prefill, decode) == (1, 1):
+            return self
+        return self.model_copy(
+            update={"max_in_flight": self.max_in_flight * decode, "max_queued": self.max_queued * prefill}
+        )
 
 
 def _not_set(value: object) -> bool:
