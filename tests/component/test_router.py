@@ -590,3 +590,32 @@ def test_file_source_reloads_on_content_change_only(tmp_path: Path) -> None:
     _bump_mtime(path)
     source.poll(store)
     assert store.snapshot is not before and store.snapshot[0].table.priority == 5
+
+
+async def test_router_keeps_a_prefix_on_one_prefill_instance_of_a_pair_of_several(
+    lab: Lab, client: aiohttp.ClientSession
+) -> None:
+    """A pair group of three prefill instances: a conversation's turns enter the instance its key picks
+    (``tandem.routing.pick_instance``, the simulator's rule), not the idlest one, so its prefix stays cached
+    there; other prefixes spread over the instances."""
+    (base,) = await lab.pairs(1)
+    extra = [await EngineDouble(name=f"speed-p0-prefill-{i}").start() for i in (1, 2)]
+    doubles = [lab.prefill["speed-p0"], *extra]
+    lab.prefill.update({f"speed-p0-extra-{i}": d for i, d in enumerate(extra, start=1)})
+    more = (Endpoint(pod=f"speed-p0-prefill-{i}", address=d.address) for i, d in enumerate(extra, start=1))
+    prefill = (*base.prefill, *more)
+    await lab.start(make_table([base.model_copy(update={"prefill": prefill})]))
+
+    async def served_by(prompt: str) -> int:
+        before = [len(d.requests) for d in doubles]
+        async with client.post(lab.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}) as resp:
+            assert resp.status == 200
+        hit = [i for i, d in enumerate(doubles) if len(d.requests) > before[i]]
+        assert len(hit) == 1, hit
+        return hit[0]
+
+    prefix = "system: you are terse. " * 60  # longer than prefixChars (1000)
+    turns = {await served_by(prefix + f"turn {i}") for i in range(6)}
+    assert len(turns) == 1
+    others = {await served_by(f"conversation {n}: " * 80) for n in range(24)}
+    assert len(others) >= 2  # 24 keys on one instance of three would be a 3^-23 chance

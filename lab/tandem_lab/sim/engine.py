@@ -61,6 +61,7 @@ from tandem.routing import (
     compute_pair_weights,
     mirror_candidates,
     mirror_target,
+    pick_instance,
     select,
 )
 from tandem_lab.sim.cache import NicModel, PrefixCache, hit_tokens
@@ -1082,9 +1083,9 @@ class Simulation:
         return g.prefill[0] if len(g.prefill) == 1 else self._pick_prefill(g, key)
 
     def _pick_prefill(self, g: Group, key: int) -> Instance | None:
-        """Prefill instance inside a pair group of several: ``tandem.routing.select`` over the group's Ready
-        prefill instances as if each were a unit — the key's rendezvous order (a conversation sticks to one
-        instance and its cache) with the same bounded-load walk and per-instance queue limit the router
+        """Prefill instance inside a pair group of several: ``tandem.routing.pick_instance`` (the router's rule)
+        over the group's Ready prefill instances — the key's rendezvous order (a conversation sticks to one
+        instance and its cache) with the bounded-load walk, here with the per-instance queue limit the router
         applies to units, so a pair's instances are balanced as the pools topology's prefill units are.
         When every instance is full, the least loaded (the pair already admitted the request)."""
         ready = [c for c in g.prefill if c.state == READY]
@@ -1101,12 +1102,8 @@ class Simulation:
             cached = (names, pairs)
             self._inner_pairs[g.gid] = cached
         loads = {c.name: PairLoad(in_flight=c.batch, queued=len(c.queue)) for c in ready}
-        d = select(key, cached[1], loads, self._inner_bound)
-        if d.pair is not None:
-            for c in ready:
-                if c.name == d.pair.id:
-                    return c
-        return min(ready, key=lambda c: len(c.queue) + c.batch)
+        name = pick_instance(key, cached[1], loads, self._inner_bound)
+        return next(c for c in ready if c.name == name)
 
     def _fill_prefill(self, inst: Instance) -> None:
         """Admit queued requests while fewer than ``prefill_slots`` prefills run (processor sharing)."""

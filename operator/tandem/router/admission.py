@@ -3,7 +3,9 @@ what the engines report.
 
 Owns the loads :func:`tandem.routing.select` reads as :class:`~tandem.routing.PairLoad` (vLLM never
 answers 429, so a pair is full by the table's admission limits against these loads), and the choice of
-instance inside a pair (least in flight, ties by table order).
+instance inside a pair: a prefill instance by the request's key (``tandem.routing.pick_instance``, the
+simulator's rule: a conversation keeps to the instance holding its prefix), a decode instance by least in
+flight (ties by table order).
 
 A request holds its pair slot from the moment it is admitted until its last decode byte is relayed (or it
 fails), so the own counts are what this replica has assigned and not yet finished. The engine view
@@ -30,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tandem.routing import Endpoint, PairLoad, RoutingTable
+from tandem.routing import Endpoint, Pair, PairLoad, PairState, RoutingTable, WalkBound, pick_instance
 
 
 def _join(own: PairLoad, engine: PairLoad) -> PairLoad:
@@ -113,6 +115,21 @@ class Loads:
                 self._instances[address] = left
             else:
                 del self._instances[address]
+
+    def pick_for_key(self, key: int, endpoints: tuple[Endpoint, ...], load_bound_percent: int) -> str | None:
+        """Address of the instance a request with ``key`` enters among ``endpoints`` (a pair's prefill instances):
+        ``tandem.routing.pick_instance`` over the ones with an address, hashed by pod name (an address changes
+        when a pod restarts, the name does not) and loaded with this replica's holds, so a conversation keeps to
+        the instance that holds its prefix; the table's load bound moves a key off an instance carrying more than
+        its share. One instance: it. None if none has an address."""
+        address = {e.pod: e.address for e in endpoints if e.address is not None}
+        if len(address) <= 1:  # the common 1P:1D pair: no walk to build
+            return next(iter(address.values()), None)
+        units = [Pair(id=pod, index=i, revision="-", state=PairState.SERVING) for i, pod in enumerate(address)]
+        loads = {pod: PairLoad(in_flight=self._instances.get(addr, 0)) for pod, addr in address.items()}
+        bound = WalkBound(load_bound_percent=load_bound_percent, max_walk=len(units))
+        chosen = pick_instance(key, units, loads, bound)
+        return None if chosen is None else address[chosen]
 
     def pick(self, endpoints: tuple[Endpoint, ...]) -> str | None:
         """Address of the least-loaded instance with an address (ties: table order); None if none has one."""

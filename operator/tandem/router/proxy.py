@@ -184,6 +184,10 @@ class _Request:
         """A prefill leg of this request's walk timed out (a walk that then ends rejected is a timeout)."""
         self.mirror = False
         """A copy for a mirrored canary pair: counted in the mirror metric only, its answer dropped."""
+        self.key = 0
+        """The routing key (``tandem.routing.routing_key``): it picks the pair, and the prefill instance inside it."""
+        self.load_bound_percent = 125
+        """The table's load bound, for the prefill instance inside the pair."""
 
 
 class Router:
@@ -298,6 +302,7 @@ class Router:
             return errors.error_response("no pool takes this request", status=400, code=errors.CODE_NO_POOL)
         key = routing_key(creq.routing_text, table.hash.prefix_chars)
         state = _Request(creq, request_id, started)
+        state.key, state.load_bound_percent = key, table.hash.load_bound_percent
         if pin is not None:
             log.info("request %s pinned to revision %s of %s/%s", request_id, pin.revision, table.namespace, table.pool)
         else:
@@ -395,6 +400,7 @@ class Router:
             return
         copy = _Request(mirror_request(state.creq), state.request_id + MIRROR_ID_SUFFIX, time.perf_counter())
         copy.mirror = True
+        copy.key, copy.load_bound_percent = key, table.hash.load_bound_percent
         copy.labels = (pool, pair.id, pair.revision)
         task = asyncio.ensure_future(self._run_mirror(request, table, pair, copy))
         self._mirrors.add(task)
@@ -417,7 +423,7 @@ class Router:
     # --- steps 3 and 4: the legs of one pair ---------------------------------------------------------
 
     async def _serve_pair(self, request: web.Request, pair: Pair, state: _Request) -> web.StreamResponse | _Walk:
-        prefill_addr = self.loads.pick(pair.prefill)
+        prefill_addr = self.loads.pick_for_key(state.key, pair.prefill, state.load_bound_percent)
         decode_addr = self.loads.pick(pair.decode)
         if prefill_addr is None or decode_addr is None:
             return _Walk(REASON_NO_ADDRESS)

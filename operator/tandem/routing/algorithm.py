@@ -638,6 +638,32 @@ def mirror_target(
     return MirrorChoice(None, skipped=own[0] if own and own[0].revision == canary else None)
 
 
+def pick_instance(
+    key: int, units: Iterable[Pair] | CandidateSet, loads: Mapping[str, PairLoad], bound: WalkBound
+) -> str | None:
+    """The instance of a role inside a pair a request with ``key`` enters: :func:`select` over the instances as
+    if each were a pair (``units``: one serving :class:`Pair` per instance that can take work, ``id`` its name),
+    so a conversation keeps to one instance and its prefix cache, and the bounded-load walk moves a key off an
+    instance that carries more than its share. When no tried instance takes it, the least loaded of all (ties:
+    ``units`` order): the pair has already admitted the request. None without units.
+
+    Why: a pair group of several prefill instances is one routing unit, but the prefix cache lives in each
+    instance. Least-loaded alone sends a conversation's turns to whichever instance is idlest and loses
+    its cached prefix; the router and the simulator run this one rule (design note 005, *Instances inside a
+    pair*). Example: two idle instances ``a`` and ``b``: every request of a key goes to the same one; with ``a``
+    holding 3 in flight and ``b`` none, the load bound (c = 1.25: cap ⌈1.25 · 4 / 2⌉ = 3) moves ``a``'s keys
+    to ``b``."""
+    cset = _candidate_set(units)
+    if not cset.pairs:
+        return None
+    if len(cset.pairs) == 1:
+        return cset.pairs[0].id
+    decision = select(key, cset, loads, bound)
+    if decision.pair is not None:
+        return decision.pair.id
+    return min(cset.pairs, key=lambda u: loads.get(u.id, NO_LOAD).load).id
+
+
 _MIRRORED: _ByIdentity[RoutingTable, CandidateSet] = _ByIdentity()
 
 

@@ -94,3 +94,39 @@ def test_loads_pick_least_loaded_instance_with_an_address(held: list[str], want:
 
 def test_loads_pick_none_without_addresses() -> None:
     assert Loads().pick((Endpoint(pod="p-0"),)) is None
+
+
+def _prefill(addresses: list[str | None]) -> tuple[Endpoint, ...]:
+    return tuple(Endpoint(pod=f"speed-p0-prefill-{i}", address=a) for i, a in enumerate(addresses))
+
+
+def test_loads_pick_for_key_follows_the_key_by_pod_name_not_address() -> None:
+    """The prefill instance is the key's (``tandem.routing.pick_instance`` over pod names): a pod that comes back
+    with a new address keeps its keys, and an instance without an address is not a candidate."""
+    loads = Loads()
+    before = _prefill(["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"])
+    after = _prefill(["10.0.0.1:8000", "10.0.9.9:8000", "10.0.0.3:8000"])
+    moved = {"10.0.0.2:8000": "10.0.9.9:8000"}
+    for key in range(100):
+        first = loads.pick_for_key(key, before, 125)
+        assert first is not None
+        assert loads.pick_for_key(key, after, 125) == moved.get(first, first)
+    spread = {loads.pick_for_key(key, before, 125) for key in range(100)}
+    assert spread == {e.address for e in before}
+    missing = _prefill(["10.0.0.1:8000", None, "10.0.0.3:8000"])
+    assert {loads.pick_for_key(key, missing, 125) for key in range(100)} == {"10.0.0.1:8000", "10.0.0.3:8000"}
+    assert loads.pick_for_key(7, _prefill([None, "10.0.0.3:8000"]), 125) == "10.0.0.3:8000"
+    assert loads.pick_for_key(7, _prefill([None]), 125) is None
+
+
+def test_loads_pick_for_key_moves_a_key_off_an_instance_over_its_share() -> None:
+    loads = Loads()
+    endpoints = _prefill(["10.0.0.1:8000", "10.0.0.2:8000"])
+    keys = [k for k in range(100) if loads.pick_for_key(k, endpoints, 125) == "10.0.0.1:8000"]
+    assert keys
+    holds = [loads.hold_instance("10.0.0.1:8000") for _ in range(3)]
+    for hold in holds:
+        hold.__enter__()
+    assert {loads.pick_for_key(k, endpoints, 125) for k in keys} == {"10.0.0.2:8000"}
+    for hold in holds:
+        hold.__exit__(None, None, None)
