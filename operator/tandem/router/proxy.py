@@ -116,6 +116,7 @@ from tandem.routing import (
     routing_key,
     select_for_table,
 )
+from tandem.routing.table import DEFAULT_LOAD_BOUND_PERCENT
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class _Request:
         """A copy for a mirrored canary pair: counted in the mirror metric only, its answer dropped."""
         self.key = 0
         """The routing key (``tandem.routing.routing_key``): it picks the pair, and the prefill instance inside it."""
-        self.load_bound_percent = 125
+        self.load_bound_percent = DEFAULT_LOAD_BOUND_PERCENT
         """The table's load bound, for the prefill instance inside the pair."""
 
 
