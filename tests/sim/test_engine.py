@@ -152,3 +152,40 @@ def test_a_deleted_group_never_overwrites_the_load_of_a_new_group_with_its_name(
         sim._dirty_loads.update(order)
         sim._flush_loads()
         assert sim._loads[live.name].queued == 0
+
+
+@pytest.mark.parametrize(
+    ("scope", "shape"),
+    [("node", (1, 1)), ("node", (2, 1)), ("node", (4, 1)), ("instance", (1, 1)), ("instance", (4, 1))],
+)
+def test_a_groups_instances_on_one_node_share_its_load_kind(scope: str, shape: tuple[int, int]) -> None:
+    """Cold or warm is the node's weight cache: with ``load_kind_scope: node`` the instances a new pair group
+    places on one node (2 of 4 GPUs per 8-GPU node, prefill first) load alike, and different nodes draw apart;
+    with ``instance`` every instance draws on its own, the rule before."""
+    mix = {"cold": 0.5, "warm": 0.5, "restore": 0.0}
+    p = load_params(overrides={**NO_SHARED, "lifecycle": {"load_mix": mix, "load_kind_scope": scope}})
+    assert p.hardware.gpus_per_node // p.instance.gpus == 2
+    cap = Roofline.from_params(p)
+    wl = tiny_workload([1.0], [512], [3], [[1]])
+    groups = 24
+
+    class Grow(FixedFleet):
+        def decide(self, obs: Observation) -> FleetTarget | None:
+            return FleetTarget(pairs=groups, shape=shape)
+
+    policy = Grow(FleetTarget(pairs=1, shape=shape), interval_s=10.0)
+    opts = SimOptions(horizon_s=300.0, default_shape=shape)
+    res = Simulation(p, cap, wl, policy, opts, np.random.default_rng(3), np.zeros(1)).run()
+    by_group: dict[str, list[str]] = {}
+    for r in sorted((r for r in res.instances if r.load_kind != "initial"), key=lambda r: r.role):
+        by_group.setdefault(r.group, []).append(r.load_kind)  # prefill (role 0) first, then decode
+    assert len(by_group) == groups - 1
+    assert all(len(kinds) == shape[0] + shape[1] for kinds in by_group.values())
+    nodes = [[kinds[i : i + 2] for i in range(0, len(kinds), 2)] for kinds in by_group.values()]
+    same_node_alike = all(len(set(node)) == 1 for g in nodes for node in g)
+    if scope == "node":
+        assert same_node_alike
+        if len(nodes[0]) > 1:  # several nodes per group: they draw apart
+            assert any(len({node[0] for node in g}) > 1 for g in nodes)
+    else:
+        assert not same_node_alike

@@ -135,6 +135,9 @@ class LifecycleParams(_Cfg):
     schedule_delay_s: float
     load_times_s: dict[str, float]
     load_mix: dict[str, float]
+    load_kind_scope: Literal["node", "instance"]
+    """What one draw from ``load_mix`` covers: ``node``, the instances a pair group places on one node (they share
+    its weight cache), or ``instance``, every instance on its own (the simulator's rule before stop 52)."""
     drain_timeout_s: float
 
 

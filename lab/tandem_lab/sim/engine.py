@@ -191,6 +191,7 @@ class Instance:
         "kv_used",
         "load_kind",
         "name",
+        "node",
         "queue",
         "rate",
         "revision",
@@ -219,6 +220,8 @@ class Instance:
         self.t_ready = INF
         self.t_end = INF
         self.load_kind = ""
+        self.node = -1
+        """The node slot inside its pair group (instances of one slot share a node's weight cache); -1: none."""
         self.version = 0
         self.busy_time = 0.0
         # prefill
@@ -254,6 +257,7 @@ class Group:
         "gid",
         "index",
         "name",
+        "node_kinds",
         "pair_state",
         "prefill",
         "queued",
@@ -273,6 +277,7 @@ class Group:
         self.tokens = 0
         self.draining = False
         self.pair_state = PairState.WARMING
+        self.node_kinds: dict[int, str] = {}
 
 
 def _group_index(g: Group) -> int:
@@ -658,12 +663,24 @@ class Simulation:
         weights = np.array([mix[k] for k in names], dtype=np.float64)
         return names[int(self.rng.choice(len(names), p=weights / weights.sum()))]
 
+    def _instance_load_kind(self, inst: Instance) -> str:
+        """Cold or warm is a property of the node's weight cache, so the instances of one node slot of a pair
+        group (placed together, ``gpus_per_node // gpus`` per node) share one draw (``load_kind_scope: node``).
+        Instances without a slot (pools, replacements) draw on their own."""
+        g = inst.group
+        if self.p.lifecycle.load_kind_scope != "node" or g is None or inst.node < 0:
+            return self._load_kind()
+        kind = g.node_kinds.get(inst.node)
+        if kind is None:
+            kind = g.node_kinds[inst.node] = self._load_kind()
+        return kind
+
     def _on_bound(self, inst: Instance) -> None:
         if inst.state != PENDING:
             return
         inst.state = LOADING
         inst.t_bound = self.now
-        inst.load_kind = self._load_kind()
+        inst.load_kind = self._instance_load_kind(inst)
         self.push(self.now + self.cap.load_time(inst.load_kind), EV_READY, inst)
 
     def _on_ready(self, inst: Instance) -> None:
@@ -700,6 +717,9 @@ class Simulation:
             g.prefill.append(self._new_instance(PREFILL, g, revision, ready_now))
         for _ in range(shape[1]):
             g.decode.append(self._new_instance(DECODE, g, revision, ready_now))
+        per_node = max(1, self.p.hardware.gpus_per_node // self.gpus)
+        for slot, inst in enumerate(g.prefill + g.decode):
+            inst.node = slot // per_node
         self._refresh_group(g)
         self._table_dirty = True
         return g
