@@ -160,7 +160,7 @@ def test_a_deleted_group_never_overwrites_the_load_of_a_new_group_with_its_name(
 )
 def test_a_groups_instances_on_one_node_share_its_load_kind(scope: str, shape: tuple[int, int]) -> None:
     """Cold or warm is the node's weight cache: with ``load_kind_scope: node`` the instances a new pair group
-    places on one node (2 of 4 GPUs per 8-GPU node, prefill first) load alike, and different nodes draw apart;
+    places on one node (two 4-GPU instances per 8-GPU node, prefill first) load alike, and different nodes draw apart;
     with ``instance`` every instance draws on its own, the rule before."""
     mix = {"cold": 0.5, "warm": 0.5, "restore": 0.0}
     p = load_params(overrides={**NO_SHARED, "lifecycle": {"load_mix": mix, "load_kind_scope": scope}})

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from tandem_lab.sim.config import load_params
-from tandem_lab.sim.metrics import Observation, RoleState
+from tandem_lab.sim.metrics import InstanceGauge, Observation, RoleState
 from tandem_lab.sim.physics import Roofline
 from tandem_lab.sim.policies import make_policy
 from tandem_lab.sim.policies.base import PolicyContext, unit_shape
 from tandem_lab.sim.policies.baselines import HpaRole, KedaQueue, PlannerLike, RatioLocked, StaticPeak
+from tandem_lab.sim.profile import planning_profile
 
 
 def make_ctx(**changes: Any) -> PolicyContext:
@@ -164,6 +165,38 @@ def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> 
     t = policy.decide(obs())
     assert t is not None and len(calls) == 1
     assert isinstance(calls[0][0], core.AutoscalePolicy)
+
+
+def test_tandem_decision_log_names_the_work_need_and_the_lead_time() -> None:
+    """The decision log is how a W3 flip-flop is read back: every work-planning entry carries the needs (now,
+    ahead, kept) and the lead time they were planned over, which the core's decision reports."""
+    base = make_ctx()
+    policy = make_policy(
+        "tandem", replace(base, capacity_profile=planning_profile(base.capacity, base.params, 0.5, 240.0)), 3000
+    )
+    n = policy.initial_target().pairs
+    assert n is not None
+    gauges = tuple(InstanceGauge(f"p{i}", r, 1.0, 0.0, 0.1) for i in range(n) for r in (0, 1))
+    policy.decide(
+        obs(
+            prefill=role(n),
+            decode=role(n),
+            request_rate=5.0,
+            prompt_token_rate=50_000.0,
+            generation_token_rate=500.0,
+            cache_hit_ratio=0.5,
+            running=(float(n), float(n)),
+            waiting=(0.0, 0.0),
+            instances=gauges,
+            serving_pairs_scraped=n,
+            serving_instances_scraped=(n, n),
+            ttft_attainment=0.99,
+            tpot_attainment=1.0,
+        )
+    )
+    logged = policy.log[-1]["metrics"]
+    assert logged["leadTime"] == "240s declared"
+    assert logged["pairsNeeded"].endswith("kept") and "ahead" in logged["pairsNeeded"]
 
 
 def test_tandem_policy_fails_loudly_without_core(monkeypatch: pytest.MonkeyPatch) -> None:

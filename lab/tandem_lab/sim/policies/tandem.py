@@ -50,7 +50,7 @@ from tandem_lab.sim.config import deep_merge
 from tandem_lab.sim.metrics import PREFILL, Observation
 from tandem_lab.sim.policies.base import FleetTarget, PolicyContext, Topology, unit_shape
 
-LOG_METRICS = ("pairsNeeded", "prefillNeed", "decodeNeed", "attainment")
+LOG_METRICS = ("pairsNeeded", "prefillNeed", "decodeNeed", "attainment", "leadTime")
 
 
 def build_spec(ctx: PolicyContext, ttft_p95_ms: int) -> AutoscalingSpec:
