@@ -42,3 +42,16 @@ def test_stay_at_max_counts_only_when_the_model_needs_less(kept: int, want_count
     s = decision_log_summary(log, max_pairs=8, lead_s=240.0)
     assert s["at_max_while_model_needs_less"] == want_count
     assert s["longest_such_stay_s"] == want_stay
+
+
+def test_a_scale_down_asked_back_within_the_load_time_is_counted_undone() -> None:
+    log = [
+        entry(0, 6, 6, 6, 6),
+        entry(30, 5, 4, 5, 5, "ScaleDownWork"),  # down to 5 ...
+        entry(60, 6, 5, 6, 5, "ScaleUpAhead"),  # ... and 6 asked again 30 s later: undone
+        entry(90, 4, 4, 4, 4, "ScaleDownWork"),  # down to 4 ...
+        entry(300, 4, 4, 4, 4),
+        entry(400, 5, 5, 5, 5, "ScaleUpWork"),  # ... asked back after the 240 s lead time: not counted
+    ]
+    s = decision_log_summary(log, max_pairs=8, lead_s=240.0)
+    assert (s["scale_downs"], s["scale_downs_undone"]) == (2, 1)

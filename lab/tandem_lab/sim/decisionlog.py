@@ -1,4 +1,5 @@
-"""Reading a work-planning decision log (issue 18's must-show): scale-ups ahead of load, stays at maxPairs.
+"""Reading a work-planning decision log (issue 18's must-show): scale-ups ahead of load, stays at maxPairs,
+scale-downs undone within the load time.
 
 What it owns: :func:`decision_log_summary`, pure arithmetic over the log the Tandem policy adapter keeps
 (:mod:`tandem_lab.sim.policies.tandem`). Used by the runner (results.json) and the reports.
@@ -17,7 +18,10 @@ def decision_log_summary(log: list[dict[str, Any]], max_pairs: int | None, lead_
       (the forecast or burst headroom asked), and the need reached them within the lead time
       (``ahead_confirmed``);
     - evaluations at ``maxPairs`` while the model needs fewer pairs — neither its forecast nor the need it keeps
-      for the lead time reaches ``maxPairs`` (should be 0) — and the longest such stay in seconds.
+      for the lead time reaches ``maxPairs`` (should be 0) — and the longest such stay in seconds;
+    - scale-downs, and those *undone*: a later evaluation within the lead time asked for more pairs than the
+      scale-down left. Capacity released and asked back within one load time pays a load for nothing (or drains
+      a group still loading), so this counts the autoscaler's flip-flops, whatever caused them.
     """
     needs: list[tuple[float, int, int]] = []
     for e in log:
@@ -32,8 +36,11 @@ def decision_log_summary(log: list[dict[str, Any]], max_pairs: int | None, lead_
     at_max_less = 0
     stay = longest = 0.0
     last_t: float | None = None
+    downs: list[tuple[float, int]] = []
     for e in log:
         t, pairs = float(e["t"]), int(e["pairs"])
+        if prev is not None and pairs < prev:
+            downs.append((t, pairs))
         if prev is not None and pairs > prev and t in need_at:
             ups += 1
             now_need = need_at[t][0]
@@ -51,6 +58,8 @@ def decision_log_summary(log: list[dict[str, Any]], max_pairs: int | None, lead_
         else:
             stay = 0.0
         last_t = t
+    asked = [(float(e["t"]), int(e["pairs"])) for e in log]
+    undone = sum(1 for t, left in downs if any(t < tt <= t + lead_s and n > left for tt, n in asked))
     return {
         "evaluations": len(log),
         "scale_ups": ups,
@@ -59,4 +68,6 @@ def decision_log_summary(log: list[dict[str, Any]], max_pairs: int | None, lead_
         "at_max_while_model_needs_less": at_max_less,
         "longest_such_stay_s": longest,
         "max_pairs": max_pairs,
+        "scale_downs": len(downs),
+        "scale_downs_undone": undone,
     }
