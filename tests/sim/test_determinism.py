@@ -51,7 +51,10 @@ def test_cli_writes_results_summary_and_plots(tmp_path: Path) -> None:
     doc = json.loads((out / "results.json").read_text())
     assert set(doc["policies"]) == {"B0", "tandem"}
     assert doc["workload"]["requests"] == 12_031
-    assert "Gates" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "Gates" in summary
+    log = doc["policies"]["tandem"]["decision_log_summary"]
+    assert f"{log['scale_downs']} scale-downs, {log['scale_downs_undone']} of them undone" in summary
     for name in ("instances.png", "attainment.png", "hit_rates.png", "latency_cdf.png"):
         assert (out / name).stat().st_size > 1000
 
