@@ -307,8 +307,9 @@ def summary_markdown(doc: dict[str, Any]) -> str:
             f"them ahead of the load (more pairs than the model needed then), {summary['ahead_confirmed']} of those "
             f"reached by the need within the load time; {summary['at_max_while_model_needs_less']} evaluations at "
             f"maxPairs ({summary['max_pairs']}) while the model needed fewer (longest stay "
-            f"{summary['longest_such_stay_s']:.0f} s){_undone(summary)}. The full log is `decision_log` in "
-            "results.json.",
+            f"{summary['longest_such_stay_s']:.0f} s); {summary['scale_downs']} scale-downs, "
+            f"{summary['scale_downs_undone']} of them undone within the load time (more pairs asked again). "
+            "The full log is `decision_log` in results.json.",
         ]
     lines += ["", "## Timing (wall clock, informational)", ""]
     for k, v in doc["timing"].items():
@@ -316,16 +317,6 @@ def summary_markdown(doc: dict[str, Any]) -> str:
             lines.append(f"- {k}: {v}")
     lines.append("")
     return "\n".join(lines)
-
-
-def _undone(summary: dict[str, Any]) -> str:
-    """The flip-flop clause; absent from results.json files written before the summary counted it."""
-    if "scale_downs_undone" not in summary:
-        return ""
-    return (
-        f"; {summary['scale_downs']} scale-downs, {summary['scale_downs_undone']} of them undone within the load time "
-        "(more pairs asked again)"
-    )
 
 
 def write(run: ScenarioRun, out: Path, plots: bool = True) -> dict[str, Any]:
