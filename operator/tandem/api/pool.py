@@ -444,7 +444,10 @@ class ScalingRule(ApiModel):
     """How fast the autoscaler may move in one direction (HPA `behavior` semantics)."""
 
     stabilization_window: Duration
-    """The autoscaler acts on the most conservative recommendation within this window."""
+    """The latency- and utilization-driven rule acts on the most conservative recommendation within this window.
+    With a `capacityProfile` (work planning) the bound is the work instead: scale-down keeps the largest need seen
+    within the capacity lead time, and this window only delays scale-down after an operator restart or an
+    evaluation without work data."""
     period: Duration
     """Length of the period the step limits apply to."""
     max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)]
@@ -458,7 +461,8 @@ class ScaleUpRule(ScalingRule):
     """Scale-up behaviour. Defaults follow HPA: act at once, up to max(4 pairs, +100 %) per 15 s."""
 
     stabilization_window: Duration = "0s"
-    """The smallest recommendation within this window is used (0s: react to load at once)."""
+    """The smallest recommendation within this window is used (0s: react to load at once). Not used by work
+    planning (`capacityProfile`), which scales up to its forecast at once."""
     period: Duration = "15s"
     """Length of the period the step limits apply to."""
     max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] = 4
@@ -471,7 +475,9 @@ class ScaleDownRule(ScalingRule):
     """Scale-down behaviour. Defaults are conservative: 5 min of stable low load, then 1 pair (or 10 %) a minute."""
 
     stabilization_window: Duration = "300s"
-    """The largest recommendation within this window is used (a short dip never removes capacity)."""
+    """The largest recommendation within this window is used (a short dip never removes capacity). With work
+    planning (`capacityProfile`) the largest need within the capacity lead time bounds scale-down instead, and
+    this window only runs after an operator restart or an evaluation without work data."""
     period: Duration = "60s"
     """Length of the period the step limits apply to."""
     max_pairs: Annotated[int, Field(ge=1, le=MAX_PAIRS)] = 1
