@@ -1079,9 +1079,7 @@ def _plan_work(
        one); scale up to the pairs the forecast needs (ScaleUpAhead when the forecast, not the need now, asks
        for more);
     3. scale down only to the pairs of the largest need seen within the lead time (capacity released now
-       cannot be back sooner) and of the need's noise band (level + 2σ, :func:`update_forecast`: a pair the
-       noise keeps asking for is kept), never below the need now; the metric rule's down window and step
-       limits apply.
+       cannot be back sooner), never below the need now; the metric rule's down window and step limits apply.
 
     The corrections of step 1 follow the router's measured attainment (rejects and timeouts are misses) when
     it answers; without it they stay as they were and the decision's ``signal`` says the model ran alone.

@@ -18,10 +18,7 @@ What it owns (pure arithmetic, no I/O, no clock, no randomness):
 - **A forecast over the capacity lead time** (:func:`update_forecast`): Holt's level + trend on the
   instance need, read ``lead_s`` ahead (capacity ordered now arrives after the measured load time), plus
   the peak need of the last ``lead_s``, which bounds scale-down: capacity released now cannot be back
-  sooner than the lead time, so a need seen within it is kept. The bound is also never below the need's
-  level plus two standard deviations of its recent one-step forecast error (:data:`NOISE_Z`): a need that
-  moves by a pair between evaluations is noise, and releasing that pair whenever its highest sample ages
-  out of the lead time asks for it back within a load time.
+  sooner than the lead time, so a need seen within it is kept.
 
 Must not: import the simulator, Kubernetes or Prometheus code (import-linter); keep hidden state
 (:class:`ForecastState` is returned and passed back in).
@@ -519,31 +516,17 @@ LEVEL_TIME_CONSTANT_S: Final = 60.0
 """Holt level smoothing: follows the need within about a minute (one to two rate windows)."""
 TREND_TIME_CONSTANT_S: Final = 300.0
 """Holt trend smoothing: a slope must persist for minutes to be extrapolated (not one noisy window)."""
-NOISE_TIME_CONSTANT_S: Final = 300.0
-"""Memory of the need's one-step forecast error (an exponentially weighted variance): about five minutes, the
-scale-down window HPA users know, and about one load time."""
-NOISE_Z: Final = 2.0
-"""The scale-down bound keeps level + 2σ of that error (≈ 98 % one-sided for Gaussian noise). Why 2, measured
-in the simulator (bench/results/autoscaler/README.md, stop 54): z = 1 releases more and churns more than the
-peak alone, z = 3 holds W1 static and costs W3 5 % more GPU-hours; z = 2 halves the scale-downs asked back
-within a load time."""
 
 
 @dataclass(frozen=True, slots=True)
 class ForecastState:
-    """Holt's level and trend of one need, its recent samples (time, need) for the lead-time peak, and the
-    variance of its one-step forecast error for the noise band."""
+    """Holt's level and trend of one need, and its recent samples (time, need) for the lead-time peak."""
 
     at: float | None = None
     level: float = 0.0
     trend: float = 0.0
     """Per second."""
     samples: tuple[tuple[float, float], ...] = ()
-    error_var: float = 0.0
-    """Exponentially weighted variance of the need's one-step forecast error (need − its forecast), in
-    instances². Both signs count: a sudden fall is as much a surprise as a sudden rise, so after one the band
-    widens and scale-down waits until the need holds still (the bound only ever holds pairs, never adds them:
-    scale-up follows the forecast). Estimating it from the rises alone measured worse (stop 54)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,36 +537,29 @@ class Forecast:
     """The need forecast ``lead_s`` ahead (≥ level; a falling trend is not extrapolated: scale-down waits
     for the lead-time peak to fall instead)."""
     recent_peak: float
-    """The scale-down bound: the largest need of the last ``lead_s`` (incl. now), and at least the level plus
-    :data:`NOISE_Z` standard deviations of the need's recent forecast error."""
+    """The largest need of the last ``lead_s`` (incl. now): the scale-down bound."""
 
 
 def update_forecast(state: ForecastState, now: float, need: float, lead_s: float) -> tuple[Forecast, ForecastState]:
     """Fold ``need`` measured at ``now`` into the forecast (module docstring).
 
-    α = 1 − e^{−dt/60 s} for the level, β = 1 − e^{−dt/300 s} for the trend and γ = 1 − e^{−dt/300 s} for the
-    error variance (time-based, so any evaluation interval gives the same dynamics). Example: a need rising
-    0.01 instances/s for a while, lead 240 s → ahead ≈ level + 2.4. A need alternating 4, 6, 4, 6 every 30 s
-    settles at level ≈ 5 with σ ≈ 1.1, so the bound is ≈ 7.2, above every sample: the pair the noise asks for
-    is kept instead of released and asked back.
+    α = 1 − e^{−dt/60 s} for the level, β = 1 − e^{−dt/300 s} for the trend (time-based, so any evaluation
+    interval gives the same dynamics). Example: a need rising 0.01 instances/s for a while, lead 240 s →
+    ahead ≈ level + 2.4.
     """
-    error_var = state.error_var
     if state.at is None or now <= state.at:
         level, trend = need, state.trend if state.at is not None else 0.0
     else:
         dt = now - state.at
         alpha = 1.0 - math.exp(-dt / LEVEL_TIME_CONSTANT_S)
         beta = 1.0 - math.exp(-dt / TREND_TIME_CONSTANT_S)
-        gamma = 1.0 - math.exp(-dt / NOISE_TIME_CONSTANT_S)
         predicted = state.level + state.trend * dt
         level = alpha * need + (1.0 - alpha) * predicted
         trend = beta * (level - state.level) / dt + (1.0 - beta) * state.trend
-        error_var = (1.0 - gamma) * state.error_var + gamma * (need - predicted) ** 2
     keep = (*((t, v) for t, v in state.samples if t >= now - lead_s), (now, need))
     ahead = max(need, level + max(0.0, trend) * lead_s)
-    band = level + NOISE_Z * math.sqrt(error_var)
-    bound = max(band, *(v for _, v in keep))
-    return Forecast(now=need, ahead=ahead, recent_peak=bound), ForecastState(now, level, trend, keep, error_var)
+    peak = max(v for _, v in keep)
+    return Forecast(now=need, ahead=ahead, recent_peak=peak), ForecastState(now, level, trend, keep)
 
 
 # --- attainment correction -----------------------------------------------------------------------

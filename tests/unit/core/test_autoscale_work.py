@@ -139,23 +139,6 @@ def test_work_plan_scale_down_waits_for_the_lead_time() -> None:
     assert cur < 7
 
 
-def test_work_plan_keeps_the_pair_a_recurring_spike_asks_for() -> None:
-    """A need of 4 pairs with a one-evaluation spike to 5 every 300 s (longer than the 240 s lead time): the
-    lead-time peak alone released the fifth pair each time the spike aged out and asked for it back 30 s
-    later (24 scale-downs in two hours, each undone); the noise band of the forecast keeps it."""
-    policy = AutoscalePolicy.from_spec(spec())
-    state, cur = WARM, 4
-    reasons = []
-    for i in range(240):
-        decision, state = run(policy, cur, snapshot(6.0 if i % 10 == 0 else 4.0, cur), state, i * 30.0)
-        reasons.append(decision.reason)
-        cur = decision.desired_pairs
-    assert reasons[0] == REASON_SCALE_UP_WORK
-    assert reasons.count(REASON_SCALE_DOWN_WORK) == 0
-    assert reasons.count(REASON_SCALE_UP_WORK) == 1
-    assert cur == 5
-
-
 @given(rate=st.floats(0.01, 10.0), cur=st.integers(1, 40))
 @settings(max_examples=60, deadline=None)
 def test_work_plan_never_sits_at_max_pairs_when_the_model_needs_less(rate: float, cur: int) -> None:
