@@ -67,6 +67,7 @@ from tandem.routing import (
 from tandem_lab.sim.cache import NicModel, PrefixCache, hit_tokens
 from tandem_lab.sim.config import SimParams
 from tandem_lab.sim.metrics import (
+    COUNTERS,
     DECODE,
     PREFILL,
     InstanceGauge,
@@ -480,33 +481,7 @@ class Simulation:
         self.gpus = g
         # observation
         self.store = ScrapeStore()
-        self.c: dict[str, float] = dict.fromkeys(
-            (
-                "requests",
-                "errors",
-                "success",
-                "prompt_tokens",
-                "generation_tokens",
-                "prefill_busy_s",
-                "decode_busy_s",
-                "local_queries",
-                "local_hits",
-                "external_queries",
-                "external_hits",
-                "isl_sum",
-                "osl_sum",
-                "finished",
-                "ttft_sum",
-                "ttft_count",
-                "tpot_sum",
-                "tpot_count",
-                "slo_outcomes",
-                "ttft_met",
-                "ttft_service_bound",
-                "tpot_met",
-            ),
-            0.0,
-        )
+        self.c: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
         self.rev_series: dict[str, RevisionSeries] = {"r1": RevisionSeries()}
         # bookkeeping
         self.samples_t: list[float] = []
@@ -1397,6 +1372,8 @@ class Simulation:
             self.res_shared[i] = req.shared_tokens
             self.c["errors"] += 1
             self.c["slo_outcomes"] += 1  # rejected, failed or timed out: a miss of both SLOs
+            if status == STATUS_REJECTED:
+                self.c["unserved"] += 1  # no pair had room: demand the engines' queues never show
         g = req.group
         rev = g.revision.name if g is not None else self.stable.name
         series = self.rev_series[rev]

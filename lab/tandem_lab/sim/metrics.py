@@ -65,6 +65,8 @@ COUNTERS = (
     "ttft_met",  # router: of those, within their TTFT budget by prompt size
     "ttft_service_bound",  # router: missed, but the request's own prefill leg already exceeded its budget
     "tpot_met",  # router: of those, within the TPOT target
+    "unserved",  # router: of those, rejected because every pair walked was full (tandem_router_slo_requests_total
+    # result="rejected"; the simulator has no leg timeouts before the horizon)
 )
 
 
@@ -301,6 +303,9 @@ class Observation:
     """Router: same for the TPOT target."""
     cache_hit_ratio: float | None = None
     """(local + external hit tokens) / prompt tokens queried: the share of prompt tokens not computed."""
+    unserved_share: float | None = None
+    """Router: share of requests with an outcome in the window that no pair had room for (rejected), as the
+    operator's ``unserved_share`` query reads it (work planning counts it as queueing for its correction)."""
 
     def role(self, role: int) -> RoleState:
         return self.prefill if role == PREFILL else self.decode
@@ -414,4 +419,5 @@ def observe(
         else None,
         tpot_attainment=_div(delta("tpot_met"), delta("slo_outcomes")) if "slo_outcomes" in c_new else None,
         cache_hit_ratio=_div(delta("local_hits") + delta("external_hits"), delta("local_queries")),
+        unserved_share=_div(delta("unserved"), delta("slo_outcomes")) if "unserved" in c_new else None,
     )

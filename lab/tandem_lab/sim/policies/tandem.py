@@ -16,6 +16,8 @@ Wiring choices (reviewable; docs/design/007-simulator.md):
 - ``ready_pairs`` and the expected instance counts are those of the *visible scrape* (pairs serving
   when it was taken), so a pair that became Ready after ``now − lag`` is not "missing data";
   ``current_pairs`` is the pair count the policy last asked for (``spec.pairs.replicas``).
+- The router's attainment and unserved share (rejects over requests with an outcome) are passed as the operator
+  reads them from ``tandem_router_slo_requests_total``; the engine-phase series of ``learnFromEngines`` are not.
 - ``max_placeable_pairs`` is None (the simulated cluster has room for the shared maximum fleet) and
   ``hold_scale_down`` is False (no rollback in W1–W4, W6).
 - A ratio change keeps the pair count with work planning, else :func:`equivalent_pairs` (``ratio_pairs``, as
@@ -149,6 +151,7 @@ class TandemAutoscaler:
                 generation_tokens_rate=obs.generation_token_rate,
                 ttft_attainment=obs.ttft_attainment,
                 tpot_attainment=obs.tpot_attainment,
+                unserved_share=obs.unserved_share,
             ),
             expected_prefill=obs.serving_instances_scraped[0],
             expected_decode=obs.serving_instances_scraped[1],
