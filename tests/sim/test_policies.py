@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tandem_lab.sim.config import load_params
-from tandem_lab.sim.metrics import InstanceGauge, Observation, RoleState
+from tandem_lab.sim.metrics import COUNTERS, InstanceGauge, Observation, RoleState, Scrape, ScrapeStore, observe
 from tandem_lab.sim.physics import Roofline
 from tandem_lab.sim.policies import make_policy
 from tandem_lab.sim.policies.base import PolicyContext, unit_shape
@@ -197,6 +197,58 @@ def test_tandem_decision_log_names_the_work_need_and_the_lead_time() -> None:
     logged = policy.log[-1]["metrics"]
     assert logged["leadTime"] == "240s declared"
     assert logged["pairsNeeded"].endswith("kept") and "ahead" in logged["pairsNeeded"]
+
+
+def test_observe_reads_the_unserved_share_as_the_operator_queries_it() -> None:
+    """Rejected over requests with an outcome in the window, like ``unserved_share`` over
+    tandem_router_slo_requests_total (result=~"rejected|timeout" over every result)."""
+    store = ScrapeStore()
+    for t, outcomes, unserved in ((0.0, 100.0, 2.0), (60.0, 300.0, 22.0)):
+        counters = dict.fromkeys(COUNTERS, 0.0) | {"slo_outcomes": outcomes, "unserved": unserved}
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, counters, {}))
+    seen = observe(store, 60.0, 0.0, 60.0, role(1), role(1), 1)
+    assert seen.unserved_share == pytest.approx(0.1)  # 20 of the window's 200 outcomes
+
+
+def _work_decision(unserved: float | None) -> dict[str, str]:
+    """One work-planning evaluation at 90 % TTFT attainment with no engine queue, with ``unserved`` passed."""
+    base = make_ctx()
+    policy = make_policy(
+        "tandem", replace(base, capacity_profile=planning_profile(base.capacity, base.params, 0.5, 240.0)), 3000
+    )
+    n = policy.initial_target().pairs
+    assert n is not None
+    gauges = tuple(InstanceGauge(f"p{i}", r, 1.0, 0.0, 0.1) for i in range(n) for r in (0, 1))
+    policy.decide(
+        obs(
+            prefill=role(n),
+            decode=role(n),
+            request_rate=5.0,
+            prompt_token_rate=50_000.0,
+            generation_token_rate=500.0,
+            cache_hit_ratio=0.5,
+            running=(float(n), float(n)),
+            waiting=(0.0, 0.0),
+            instances=gauges,
+            serving_pairs_scraped=n,
+            serving_instances_scraped=(n, n),
+            ttft_attainment=0.9,
+            tpot_attainment=1.0,
+            unserved_share=unserved,
+        )
+    )
+    metrics: dict[str, str] = policy.log[-1]["metrics"]
+    return metrics
+
+
+def test_tandem_adapter_passes_the_unserved_share_the_operator_reads() -> None:
+    """Requests the router turned away are queueing the engines never show: with them the correction rises on
+    a TTFT shortfall, without them (and no engine queue) it does not, as in the operator."""
+    turned_away = _work_decision(0.1)
+    assert "unserved 0.1" in turned_away["attainment"]
+    assert "x1.10)" in turned_away["prefillNeed"]
+    quiet = _work_decision(None)
+    assert "x1.00)" in quiet["prefillNeed"]
 
 
 def test_tandem_policy_fails_loudly_without_core(monkeypatch: pytest.MonkeyPatch) -> None:
