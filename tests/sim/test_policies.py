@@ -170,31 +170,7 @@ def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> 
 def test_tandem_decision_log_names_the_work_need_and_the_lead_time() -> None:
     """The decision log is how a W3 flip-flop is read back: every work-planning entry carries the needs (now,
     ahead, kept) and the lead time they were planned over, which the core's decision reports."""
-    base = make_ctx()
-    policy = make_policy(
-        "tandem", replace(base, capacity_profile=planning_profile(base.capacity, base.params, 0.5, 240.0)), 3000
-    )
-    n = policy.initial_target().pairs
-    assert n is not None
-    gauges = tuple(InstanceGauge(f"p{i}", r, 1.0, 0.0, 0.1) for i in range(n) for r in (0, 1))
-    policy.decide(
-        obs(
-            prefill=role(n),
-            decode=role(n),
-            request_rate=5.0,
-            prompt_token_rate=50_000.0,
-            generation_token_rate=500.0,
-            cache_hit_ratio=0.5,
-            running=(float(n), float(n)),
-            waiting=(0.0, 0.0),
-            instances=gauges,
-            serving_pairs_scraped=n,
-            serving_instances_scraped=(n, n),
-            ttft_attainment=0.99,
-            tpot_attainment=1.0,
-        )
-    )
-    logged = policy.log[-1]["metrics"]
+    logged = _work_decision(0.99, None)
     assert logged["leadTime"] == "240s declared"
     assert logged["pairsNeeded"].endswith("kept") and "ahead" in logged["pairsNeeded"]
 
@@ -210,8 +186,9 @@ def test_observe_reads_the_unserved_share_as_the_operator_queries_it() -> None:
     assert seen.unserved_share == pytest.approx(0.1)  # 20 of the window's 200 outcomes
 
 
-def _work_decision(unserved: float | None) -> dict[str, str]:
-    """One work-planning evaluation at 90 % TTFT attainment with no engine queue, with ``unserved`` passed."""
+def _work_decision(ttft_attainment: float, unserved: float | None) -> dict[str, str]:
+    """The decision-log metrics of one work-planning evaluation (planning profile, 240 s lead, no engine queue)
+    at ``ttft_attainment``, with ``unserved`` as the router's unserved share."""
     base = make_ctx()
     policy = make_policy(
         "tandem", replace(base, capacity_profile=planning_profile(base.capacity, base.params, 0.5, 240.0)), 3000
@@ -232,7 +209,7 @@ def _work_decision(unserved: float | None) -> dict[str, str]:
             instances=gauges,
             serving_pairs_scraped=n,
             serving_instances_scraped=(n, n),
-            ttft_attainment=0.9,
+            ttft_attainment=ttft_attainment,
             tpot_attainment=1.0,
             unserved_share=unserved,
         )
@@ -244,10 +221,10 @@ def _work_decision(unserved: float | None) -> dict[str, str]:
 def test_tandem_adapter_passes_the_unserved_share_the_operator_reads() -> None:
     """Requests the router turned away are queueing the engines never show: with them the correction rises on
     a TTFT shortfall, without them (and no engine queue) it does not, as in the operator."""
-    turned_away = _work_decision(0.1)
+    turned_away = _work_decision(0.9, 0.1)
     assert "unserved 0.1" in turned_away["attainment"]
     assert "x1.10)" in turned_away["prefillNeed"]
-    quiet = _work_decision(None)
+    quiet = _work_decision(0.9, None)
     assert "x1.00)" in quiet["prefillNeed"]
 
 
