@@ -167,25 +167,6 @@ def test_tandem_policy_calls_core_autoscale(monkeypatch: pytest.MonkeyPatch) -> 
     assert isinstance(calls[0][0], core.AutoscalePolicy)
 
 
-def test_tandem_decision_log_names_the_work_need_and_the_lead_time() -> None:
-    """The decision log is how a W3 flip-flop is read back: every work-planning entry carries the needs (now,
-    ahead, kept) and the lead time they were planned over, which the core's decision reports."""
-    logged = _work_decision(0.99, None)
-    assert logged["leadTime"] == "240s declared"
-    assert logged["pairsNeeded"].endswith("kept") and "ahead" in logged["pairsNeeded"]
-
-
-def test_observe_reads_the_unserved_share_as_the_operator_queries_it() -> None:
-    """Rejected over requests with an outcome in the window, like ``unserved_share`` over
-    tandem_router_slo_requests_total (result=~"rejected|timeout" over every result)."""
-    store = ScrapeStore()
-    for t, outcomes, unserved in ((0.0, 100.0, 2.0), (60.0, 300.0, 22.0)):
-        counters = dict.fromkeys(COUNTERS, 0.0) | {"slo_outcomes": outcomes, "unserved": unserved}
-        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, counters, {}))
-    seen = observe(store, 60.0, 0.0, 60.0, role(1), role(1), 1)
-    assert seen.unserved_share == pytest.approx(0.1)  # 20 of the window's 200 outcomes
-
-
 def _work_decision(ttft_attainment: float, unserved: float | None) -> dict[str, str]:
     """The decision-log metrics of one work-planning evaluation (planning profile, 240 s lead, no engine queue)
     at ``ttft_attainment``, with ``unserved`` as the router's unserved share."""
@@ -216,6 +197,25 @@ def _work_decision(ttft_attainment: float, unserved: float | None) -> dict[str, 
     )
     metrics: dict[str, str] = policy.log[-1]["metrics"]
     return metrics
+
+
+def test_tandem_decision_log_names_the_work_need_and_the_lead_time() -> None:
+    """The decision log is how a W3 flip-flop is read back: every work-planning entry carries the needs (now,
+    ahead, kept) and the lead time they were planned over, which the core's decision reports."""
+    logged = _work_decision(0.99, None)
+    assert logged["leadTime"] == "240s declared"
+    assert logged["pairsNeeded"].endswith("kept") and "ahead" in logged["pairsNeeded"]
+
+
+def test_observe_reads_the_unserved_share_as_the_operator_queries_it() -> None:
+    """Rejected over requests with an outcome in the window, like ``unserved_share`` over
+    tandem_router_slo_requests_total (result=~"rejected|timeout" over every result)."""
+    store = ScrapeStore()
+    for t, outcomes, unserved in ((0.0, 100.0, 2.0), (60.0, 300.0, 22.0)):
+        counters = dict.fromkeys(COUNTERS, 0.0) | {"slo_outcomes": outcomes, "unserved": unserved}
+        store.add(Scrape(t, (1, 1), (0.0, 0.0), (0.0, 0.0), 0.0, counters, {}))
+    seen = observe(store, 60.0, 0.0, 60.0, role(1), role(1), 1)
+    assert seen.unserved_share == pytest.approx(0.1)  # 20 of the window's 200 outcomes
 
 
 def test_tandem_adapter_passes_the_unserved_share_the_operator_reads() -> None:
